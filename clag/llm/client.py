@@ -1,0 +1,171 @@
+"""The LLM front door every method uses: cache, usage per stage, tolerant JSON.
+
+Methods never talk to a backend directly. They call
+:meth:`LLMClient.generate` or :meth:`LLMClient.generate_json` with a *stage*
+name (``note``, ``evolve``, ``route``, ``profile``, ``pick``, ``keywords``,
+``answer``, ...), so that every call is cached, counted and, for JSON,
+validated the same way for CLAG and every baseline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from clag.llm.base import Completion, GenerationConfig, LLMBackend
+from clag.llm.cache import CallCache
+from clag.llm.json_parse import parse_json_object
+
+log = logging.getLogger(__name__)
+
+USAGE_FIELDS = (
+    "calls",
+    "cache_hits",
+    "prompt_tokens",
+    "completion_tokens",
+    "json_calls",
+    "parse_failures",
+    "retries",
+    "fallbacks",
+)
+
+
+class UsageMeter:
+    """Per-stage counters; thread-safe so concurrent episodes can share one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(USAGE_FIELDS, 0))
+
+    def add(self, stage: str, **counts: int) -> None:
+        with self._lock:
+            row = self._counts[stage]
+            for name, value in counts.items():
+                row[name] += value
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {stage: dict(row) for stage, row in self._counts.items()}
+
+    @staticmethod
+    def diff(after: Mapping[str, Mapping[str, int]], before: Mapping[str, Mapping[str, int]]) -> dict:
+        """Counts accrued between two snapshots, dropping stages with no calls."""
+        out: dict[str, dict[str, int]] = {}
+        for stage, row in after.items():
+            prev = before.get(stage, {})
+            delta = {name: value - prev.get(name, 0) for name, value in row.items()}
+            if any(delta.values()):
+                out[stage] = delta
+        return out
+
+
+class LLMClient:
+    """Cache + usage accounting + JSON handling in front of one backend.
+
+    Args:
+        backend: Any :class:`~clag.llm.base.LLMBackend`.
+        cache: Persistent call cache; ``None`` disables caching.
+        defaults: Generation settings for every stage.
+        stage_settings: Per-stage overrides of ``defaults`` (e.g. the
+            authors' temperature 0.7 for memory operations).
+        constrained_json: Pass the JSON schema to the backend for constrained
+            decoding where it supports it (the authors' SGLang setting).
+        json_retry_temperature: A failed JSON call is retried once, sampled at
+            this temperature with a fixed seed (a greedy retry would repeat itself).
+    """
+
+    def __init__(
+        self,
+        backend: LLMBackend,
+        cache: CallCache | None = None,
+        defaults: GenerationConfig | None = None,
+        stage_settings: Mapping[str, Mapping[str, Any]] | None = None,
+        constrained_json: bool = True,
+        json_retry_temperature: float = 0.7,
+        retry_seed: int = 1234,
+    ) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.defaults = defaults or GenerationConfig()
+        self.stage_settings = {stage: dict(values) for stage, values in (stage_settings or {}).items()}
+        self.constrained_json = constrained_json
+        self.json_retry_temperature = json_retry_temperature
+        self.retry_seed = retry_seed
+        self.usage = UsageMeter()
+        self._identity = backend.identity()
+
+    def identity(self) -> dict[str, Any]:
+        return dict(self._identity)
+
+    def config_for(self, stage: str, **overrides: Any) -> GenerationConfig:
+        """Defaults, then the stage's settings, then call-site overrides."""
+        return replace(self.defaults, **{**self.stage_settings.get(stage, {}), **overrides})
+
+    def generate(self, prompts: Sequence[str], stage: str, **overrides: Any) -> list[str]:
+        """Generate one completion per prompt (batched, cache first)."""
+        config = self.config_for(stage, **overrides)
+        return [c.text for c in self._complete(list(prompts), config, stage)]
+
+    def generate_json(
+        self, prompts: Sequence[str], stage: str, schema: Mapping[str, Any], **overrides: Any
+    ) -> list[dict[str, Any] | None]:
+        """Generate and parse one JSON object per prompt.
+
+        Each answer is repaired if broken and validated against ``schema``
+        (required keys present, no echoed placeholders). Failures are retried
+        once, sampled; what still fails comes back as ``None`` for the caller's
+        documented fallback. Nothing raises.
+        """
+        return [value for value, _ in self.generate_json_with_text(prompts, stage, schema, **overrides)]
+
+    def generate_json_with_text(
+        self, prompts: Sequence[str], stage: str, schema: Mapping[str, Any], **overrides: Any
+    ) -> list[tuple[dict[str, Any] | None, str]]:
+        """As :meth:`generate_json`, also returning the last raw text per prompt
+        (for callers whose fallback is the raw answer, like the authors' answerer)."""
+        schema = dict(schema)
+        json_schema = schema if self.constrained_json else None
+        config = self.config_for(stage, json_schema=json_schema, **overrides)
+        texts = [c.text for c in self._complete(list(prompts), config, stage)]
+        results = [parse_json_object(text, schema) for text in texts]
+        failed = [i for i, value in enumerate(results) if value is None]
+        self.usage.add(stage, json_calls=len(prompts), parse_failures=len(failed))
+        if failed:
+            retry = replace(config, temperature=self.json_retry_temperature, seed=self.retry_seed)
+            retried = self._complete([prompts[i] for i in failed], retry, stage)
+            self.usage.add(stage, retries=len(failed))
+            for i, completion in zip(failed, retried):
+                texts[i] = completion.text
+                results[i] = parse_json_object(completion.text, schema)
+                if results[i] is None:
+                    log.debug("stage %s: unusable JSON after retry: %r", stage, completion.text[:200])
+            self.usage.add(stage, fallbacks=sum(results[i] is None for i in failed))
+        return list(zip(results, texts))
+
+    def _complete(self, prompts: list[str], config: GenerationConfig, stage: str) -> list[Completion]:
+        results: list[Completion | None] = [None] * len(prompts)
+        keys: list[str | None] = [None] * len(prompts)
+        if self.cache is not None and self.cache.cacheable(config):
+            for i, prompt in enumerate(prompts):
+                keys[i] = self.cache.key(self._identity, prompt, config)
+                results[i] = self.cache.get(keys[i])
+        missing = [i for i, result in enumerate(results) if result is None]
+        if missing:
+            fresh = self.backend.generate([prompts[i] for i in missing], config)
+            for i, completion in zip(missing, fresh):
+                results[i] = completion
+                if keys[i] is not None:
+                    self.cache.put(keys[i], completion)
+        done = [r for r in results if r is not None]
+        self.usage.add(
+            stage,
+            calls=len(prompts),
+            cache_hits=len(prompts) - len(missing),
+            prompt_tokens=sum(c.prompt_tokens for c in done),
+            completion_tokens=sum(c.completion_tokens for c in done),
+        )
+        return done
