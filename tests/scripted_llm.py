@@ -6,7 +6,7 @@ this stand-in only lets tests drive a method down a chosen decision path.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from clag.llm.base import Completion, GenerationConfig
 
