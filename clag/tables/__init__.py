@@ -1,0 +1,1 @@
+"""Paper tables: the paper's own numbers and the rendered comparisons."""
