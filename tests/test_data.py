@@ -96,6 +96,7 @@ def test_image_turns_follow_the_authors_loader(data_dir: Path):
 
 
 def test_questions_carry_answers_ids_and_repaired_evidence(caplog: pytest.LogCaptureFixture):
+    caplog.set_level("INFO", logger="clag.data.loaders")
     episodes = load_episodes("locomo")
     questions = {q.id: q for ep in episodes for q in ep.questions}
     assert questions["conv-26:q0"].answer == "7 May 2023"
