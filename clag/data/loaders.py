@@ -256,7 +256,7 @@ def parse_file(path: Path, dataset: str, evidence_field: str | None) -> list[Epi
     stats: dict[str, list[str]] = {"repaired": [], "dropped": []}
     episodes = [_parse_sample(path, index, raw, dataset, evidence_field, stats) for index, raw in enumerate(data)]
     if stats["repaired"]:
-        logger.info("%s: repaired %d malformed evidence ids: %s", path.name, len(stats["repaired"]),
+        logger.info("%s: repaired %d malformed evidence entries: %s", path.name, len(stats["repaired"]),
                     ", ".join(stats["repaired"]))
     if stats["dropped"]:
         # Expected on every load of locomo10.json (3 ids), hence INFO: a warning that always fires gets ignored.
