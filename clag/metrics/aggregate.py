@@ -1,0 +1,135 @@
+"""Means with bootstrap intervals, per category, and a paired test between runs.
+
+With a 0.6B model a one-point difference may be noise, so every mean comes
+with a seeded 95% percentile-bootstrap interval over questions, and two runs
+on the same questions are compared with a paired bootstrap test. The overall
+mean is the paper's micro mean over all questions, category 5 included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from clag.metrics.answer import ANSWER_KEYS
+from clag.metrics.evidence import EVIDENCE_KEYS
+from clag.metrics.scoring import category_label, category_number
+from clag.metrics.settings import MetricSettings
+
+SUMMARY_KEYS = ANSWER_KEYS + ("f1_official", "adversarial_official")
+LATENCY_KEYS = ("retrieval_ms", "e2e_ms")
+_CHUNK = 256  # resamples drawn at a time, bounding memory to _CHUNK x n indices
+
+
+def bootstrap_means(values: Sequence[float], samples: int, seed: int) -> np.ndarray:
+    """Means of ``samples`` resamples (with replacement) of ``values``, reproducible by ``seed``."""
+    data = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = []
+    for start in range(0, samples, _CHUNK):
+        indices = rng.integers(0, len(data), size=(min(_CHUNK, samples - start), len(data)))
+        means.append(data[indices].mean(axis=1))
+    return np.concatenate(means)
+
+
+def summarize(values: Sequence[float], samples: int = 1000, seed: int = 0) -> dict:
+    """``{"mean", "ci_low", "ci_high", "n"}`` with a 95% percentile-bootstrap interval."""
+    if not len(values):
+        return {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
+    low, high = np.percentile(bootstrap_means(values, samples, seed), [2.5, 97.5])
+    return {"mean": float(np.mean(values)), "ci_low": float(low), "ci_high": float(high), "n": len(values)}
+
+
+def spread(values: Sequence[float]) -> dict:
+    """``{"mean", "p50", "p95", "n"}`` (linear-interpolated percentiles), for latencies and sizes."""
+    if not len(values):
+        return {"mean": None, "p50": None, "p95": None, "n": 0}
+    p50, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
+    return {"mean": float(np.mean(values)), "p50": float(p50), "p95": float(p95), "n": len(values)}
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], samples: int = 10000, seed: int = 0) -> dict:
+    """Paired bootstrap test of mean(a) - mean(b) over the same questions.
+
+    The p-value is two-sided: the share of resampled mean differences at
+    least as far from the observed difference as the observed difference is
+    from zero (the resampling distribution shifted to the null), with the
+    usual +1 correction so it is never exactly 0.
+
+    Raises:
+        ValueError: The runs differ in length or are empty.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired runs must score the same questions: {len(a)} vs {len(b)} values")
+    if not len(a):
+        raise ValueError("paired_bootstrap needs at least one question")
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    observed = float(diff.mean())
+    means = bootstrap_means(diff, samples, seed)
+    low, high = np.percentile(means, [2.5, 97.5])
+    extreme = int(np.sum(np.abs(means - observed) >= abs(observed) - 1e-12))
+    return {
+        "mean_a": float(np.mean(a)),
+        "mean_b": float(np.mean(b)),
+        "mean_diff": observed,
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "p_value": (extreme + 1) / (samples + 1),
+        "n": len(diff),
+        "samples": samples,
+    }
+
+
+def _values(rows: Iterable[dict], key: str) -> list[float]:
+    return [float(row[key]) for row in rows if row.get(key) is not None]
+
+
+def _metric_table(rows: list[dict], keys: Sequence[str], settings: MetricSettings) -> dict:
+    """Summary per metric over ``rows``; metrics no row carries are left out."""
+    table = {}
+    for key in keys:
+        values = _values(rows, key)
+        if values:
+            table[key] = summarize(values, settings.bootstrap_samples, settings.seed)
+    return table
+
+
+def _by_category(rows: list[dict], keys: Sequence[str], settings: MetricSettings) -> dict:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        label = category_label(row.get("category"))
+        if label is not None:
+            groups.setdefault(label, []).append(row)
+    numeric_first = sorted(groups, key=lambda label: (category_number(label) is None, category_number(label), label))
+    return {label: _metric_table(groups[label], keys, settings) for label in numeric_first}
+
+
+def aggregate_rows(scored: list[dict], settings: MetricSettings) -> dict:
+    """Aggregate scored rows (from ``score_rows``) into the run's ``metrics.json`` body.
+
+    Returns:
+        ``overall`` and ``by_category`` (category label -> metric ->
+        ``{"mean", "ci_low", "ci_high", "n"}``) for the answer metrics;
+        ``evidence`` with the same over questions that have gold evidence,
+        plus ``n_with_evidence`` / ``n_without_evidence``; ``latency``
+        (``retrieval_ms`` and ``e2e_ms``: mean, p50, p95, n);
+        ``context_chars`` (interval and spread); ``settings`` (models
+        actually used, adversarial mode, bootstrap samples, seed).
+    """
+    with_evidence = [row for row in scored if row.get("e_f1") is not None]
+    chars = _values(scored, "context_chars")
+    return {
+        "n": len(scored),
+        "overall": _metric_table(scored, SUMMARY_KEYS, settings),
+        "by_category": _by_category(scored, SUMMARY_KEYS, settings),
+        "evidence": {
+            "overall": _metric_table(with_evidence, EVIDENCE_KEYS, settings),
+            "by_category": _by_category(with_evidence, EVIDENCE_KEYS, settings),
+            "n_with_evidence": len(with_evidence),
+            "n_without_evidence": len(scored) - len(with_evidence),
+        },
+        "latency": {key: spread(_values(scored, key)) for key in LATENCY_KEYS},
+        "context_chars": {**summarize(chars, settings.bootstrap_samples, settings.seed), **spread(chars)},
+        "settings": settings.describe(),
+    }
