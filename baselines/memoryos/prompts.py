@@ -1,0 +1,149 @@
+"""MemoryOS prompts, JSON schemas and the parsers of their answers.
+
+Each prompt paraphrases the step of the authors' code that it stands for
+(github.com/BAI-LAB/MemoryOS, ``memoryos-pypi/utils.py`` and
+``eval/dynamic_update.py``); the wording is ours, the task and inputs are
+theirs. Steps whose answer is a short text (continuity, chain summary,
+profile) are free text, as the authors ask; steps whose answer has structure
+(topic summaries, facts) ask for JSON so the shared tolerant parser and the
+schema-constrained decoding apply.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from clag.llm.json_parse import is_placeholder
+
+SUMMARY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "topics": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "theme": {"type": "string"},
+                    "keywords": {"type": "array", "items": {"type": "string"}},
+                    "summary": {"type": "string"},
+                },
+                "required": ["theme", "keywords", "summary"],
+            },
+        }
+    },
+    "required": ["topics"],
+}
+
+FACTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "user_facts": {"type": "array", "items": {"type": "string"}},
+        "assistant_facts": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["user_facts", "assistant_facts"],
+}
+
+
+def continuity_prompt(previous: str, current: str) -> str:
+    """Does ``current`` carry on the exchange ``previous`` (authors' ``check_conversation_continuity``)?"""
+    return (
+        "Decide whether the second exchange carries on the first one without changing the subject.\n\n"
+        f"First exchange:\n{previous}\n\nSecond exchange:\n{current}\n\n"
+        "Reply with one word, true or false."
+    )
+
+
+def meta_prompt(previous_meta: str, current: str) -> str:
+    """Extend a thread's running summary by one page (authors' ``generate_page_meta_info``)."""
+    return (
+        "You keep a short running summary of one conversation thread.\n"
+        f"Summary so far: {previous_meta or 'None'}\n\nNew exchange:\n{current}\n\n"
+        "Write the updated summary of the thread in one or two sentences: keep what still matters from the "
+        "summary so far and add what the new exchange says. Output only the summary."
+    )
+
+
+def summary_prompt(text: str, max_topics: int) -> str:
+    """Topic summaries of migrated pages (authors' ``gpt_generate_multi_summary``)."""
+    return (
+        f"Find the topics (at most {max_topics}) of the conversation excerpt below. For each topic give a short "
+        "theme name, two or three keywords and a one-sentence summary.\n\n"
+        f"Excerpt:\n{text}\n\n"
+        'Reply with JSON: {"topics": [{"theme": "...", "keywords": ["...", "..."], "summary": "..."}]}'
+    )
+
+
+def profile_prompt(profile: str, conversation: str, user: str) -> str:
+    """Rewrite the user profile from hot pages (authors' ``gpt_user_profile_analysis``)."""
+    return (
+        f"Below are the current profile of {user} and new conversation excerpts with their dates.\n"
+        f"Write the complete updated profile of {user}: keep what is still valid, add the personality traits, "
+        "interests, habits and preferences the excerpts show, and let newer evidence win over older.\n"
+        "Output only the profile text.\n\n"
+        f"Current profile:\n{profile or 'No profile yet.'}\n\nConversation:\n{conversation}"
+    )
+
+
+def facts_prompt(conversation: str, user: str, assistant: str) -> str:
+    """Facts for the user KB and the assistant traits (authors' ``gpt_knowledge_extraction``)."""
+    return (
+        "List the concrete facts in the conversation below: events, dates, places, people, possessions, plans "
+        f"and preferences. Put facts about {user} in user_facts and facts about {assistant} in assistant_facts, "
+        "each as one short sentence that names the person and gives the date when it is known. Use an empty "
+        "list when there is nothing.\n\n"
+        f"Conversation:\n{conversation}\n\n"
+        'Reply with JSON: {"user_facts": ["..."], "assistant_facts": ["..."]}'
+    )
+
+
+_BOOL = re.compile(r"\b(true|false|yes|no)\b", re.IGNORECASE)
+
+
+def parse_bool(text: str) -> bool | None:
+    """The first true/false (or yes/no) in ``text``; ``None`` when there is none."""
+    match = _BOOL.search(text or "")
+    return None if match is None else match.group(1).lower() in ("true", "yes")
+
+
+def clean_text(text: str) -> str:
+    """Free text without surrounding whitespace or quotes."""
+    return (text or "").strip().strip("\"'`").strip()
+
+
+def normalise_keywords(raw: Any) -> list[str]:
+    """Lower-cased, de-duplicated keywords from a list or a comma-separated string.
+
+    The authors compare keyword sets as given; lower-casing makes "Painting"
+    and "painting" one keyword, which the Jaccard term of Eq. 3 intends.
+    """
+    values = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    out: list[str] = []
+    for value in values:
+        word = " ".join(str(value).lower().split())
+        if word and not is_placeholder(word) and word not in out:
+            out.append(word)
+    return out
+
+
+def parse_topics(value: dict[str, Any] | None, max_topics: int) -> list[tuple[str, list[str]]]:
+    """``(summary, keywords)`` per usable topic of a summary answer (at most ``max_topics``)."""
+    topics = value.get("topics") if value else None
+    out: list[tuple[str, list[str]]] = []
+    for topic in topics if isinstance(topics, list) else []:
+        if not isinstance(topic, dict):
+            continue
+        summary = clean_text(str(topic.get("summary") or ""))
+        if summary and not is_placeholder(summary):
+            out.append((summary, normalise_keywords(topic.get("keywords"))))
+    return out[:max_topics]
+
+
+def parse_facts(raw: Any) -> list[str]:
+    """Usable fact sentences: stripped of bullets, no "none", no placeholders, no repeats."""
+    out: list[str] = []
+    for value in raw if isinstance(raw, list) else []:
+        fact = clean_text(str(value)).lstrip("-*• ").strip()
+        if fact and fact.lower().rstrip(".") != "none" and not is_placeholder(fact) and fact not in out:
+            out.append(fact)
+    return out
