@@ -1,0 +1,67 @@
+"""``python -m clag.tables``: render every paper table from the finished runs.
+
+    python -m clag.tables                               # runs/ -> results/tables/
+    python -m clag.tables --runs /data/runs --out /tmp/tables --only 1 2 10
+    python -m clag.tables --judge none                  # Tables 13-14 without the LLM judge
+    python -m clag.tables --stand-in qwen3-0.6b=my-model
+
+The runs folder defaults to ``$CLAG_RUNS_DIR`` or ``runs``, as the runner's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from clag.tables import specs
+from clag.tables.cases import judge_from_settings
+from clag.tables.render import render_all
+
+log = logging.getLogger("clag.tables")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m clag.tables", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=Path(os.environ.get("CLAG_RUNS_DIR", "runs")))
+    parser.add_argument("--out", type=Path, default=Path("results/tables"))
+    parser.add_argument("--only", type=int, nargs="*", help="table numbers to render (default: all)")
+    parser.add_argument("--judge", help="model config name of the failure judge, or 'none' (default: from the specs)")
+    parser.add_argument(
+        "--stand-in",
+        action="append",
+        default=[],
+        metavar="PAPER=OURS",
+        help="put model OURS first among the stand-ins for the paper's backbone PAPER (repeatable)",
+    )
+    return parser.parse_args(argv)
+
+
+def _with_stand_ins(defaults: specs.Defaults, pairs: list[str]) -> specs.Defaults:
+    stand_ins = {key: list(value) for key, value in defaults.stand_ins.items()}
+    for pair in pairs:
+        paper, _, ours = pair.partition("=")
+        if not ours:
+            raise SystemExit(f"--stand-in takes PAPER=OURS, got {pair!r}")
+        stand_ins[paper] = [ours] + [m for m in stand_ins.get(paper, [paper]) if m != ours]
+    return replace(defaults, stand_ins=stand_ins)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(name)s][%(levelname)s] %(message)s")
+    args = parse_args(argv)
+    if not args.runs.is_dir():
+        log.warning("no runs folder at %s: every table will show only the paper's numbers", args.runs)
+    defaults = _with_stand_ins(specs.load_defaults(), args.stand_in)
+    wanted = set(args.only or range(1, 17))
+    judge = judge_from_settings(defaults, args.judge) if wanted & {13, 14} else None
+    written = render_all(args.runs, args.out, judge=judge, numbers=args.only, defaults=defaults)
+    log.info("wrote %d files under %s (index: %s)", len(written), args.out, args.out / "README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

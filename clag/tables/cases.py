@@ -1,0 +1,452 @@
+"""Tables 11-14 from real runs: a case study, its clusters, and CLAG's failures by cause.
+
+* Table 11: a question CLAG answers correctly and the baselines miss, with
+  every method's prediction.
+* Table 12: that question's clusters (profile, size) as CLAG's two-stage
+  retrieval saw them, selected or pruned.
+* Tables 13-14: CLAG's wrong answers, each with the clusters the question was
+  routed to and picked, classified by an LLM judge into the paper's failure
+  taxonomy (Table 13's categories plus Table 14's "Residual ambiguity").
+  The judge is a model config name (``configs/tables/defaults.yaml``,
+  ``cases.judge_model``) called through :class:`clag.llm.client.LLMClient`,
+  so its calls are cached and counted like every other call. The paper does
+  not say how its 238 failures were classified; it may have been by hand.
+
+"Correct" is the paper-variant token F1 at or above ``cases.correct_f1``
+(the paper states no criterion for its ✓ / ✗).
+
+CLAG's records read here (``clag.memory.clag_method.ClagMemory``): per
+question, ``telemetry.candidates`` (the clusters shown to the picker, each
+``{"id", "summary", "size", "status": "selected" | "pruned"}``),
+``telemetry.search_space`` and ``telemetry.total_notes``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from clag.llm.client import LLMClient
+from clag.tables.collect import RunRecord, select_run
+from clag.tables.paper import load_paper_table
+from clag.tables.specs import METHOD_ROWS, Defaults
+
+log = logging.getLogger(__name__)
+
+METHOD_LABELS = {row["method"]: row["label"] for row in METHOD_ROWS}
+RESIDUAL = "Residual ambiguity"
+UNCLASSIFIED = "Unclassified"
+CASE_EXPS = ["table1", "demo", "reproduce"]
+JUDGE_SCHEMA = {
+    "type": "object",
+    "properties": {"category": {"type": "string"}, "reason": {"type": "string"}},
+    "required": ["category", "reason"],
+}
+
+
+@dataclass
+class CaseTable:
+    """One rendered case table: ours, the paper's, the caption.
+
+    Attributes:
+        summary: What our runs supplied, for the index (``5 methods``); "" when nothing.
+        sliced: Whether the runs behind it used a data slice.
+    """
+
+    number: int
+    title: str
+    ours: pd.DataFrame
+    paper: pd.DataFrame
+    caption: str
+    sliced: bool
+    summary: str = ""
+
+
+@dataclass
+class Judge:
+    """The failure classifier: an LLM client and the model config name it was built from."""
+
+    name: str
+    llm: LLMClient
+    max_new_tokens: int = 96
+
+
+@dataclass
+class Failure:
+    """One wrong CLAG answer with what the judge needs to see."""
+
+    row: dict[str, Any]
+    clusters: list[dict[str, Any]]
+    baseline: tuple[str, dict[str, Any]] | None
+
+
+def taxonomy() -> dict[str, str]:
+    """Failure category -> description: the paper's Table 13, plus Table 14's residual class."""
+    frame = load_paper_table(13)
+    out = {str(c): _plain(str(d)) for c, d in zip(frame["category"], frame["description"])}
+    out[RESIDUAL] = "None of the other causes fits; the question or the memory itself is ambiguous."
+    return out
+
+
+def _plain(text: str) -> str:
+    """The paper's inline math as plain text (``( $n\\leq 1$ )`` -> ``(n ≤ 1)``), for prompts and every format."""
+    text = text.replace("\\leq", " ≤ ").replace("\\geq", " ≥ ").replace("$", "")
+    return re.sub(r"\(\s*(.*?)\s*\)", lambda m: "(" + re.sub(r"\s+", " ", m.group(1)) + ")", text)
+
+
+def _key(name: str) -> str:
+    """Category names compared without case, spaces or punctuation (Table 14 writes "Stale / drift")."""
+    return re.sub(r"[^a-z]", "", name.lower())
+
+
+def build_judge(model_name: str | None, max_new_tokens: int = 96) -> Judge | None:
+    """The judge from a model config name (``configs/model/<name>.yaml``); None when it cannot be built.
+
+    Builds the client exactly as a run does (same backend, cache and
+    generation defaults), so a judge verdict is as reproducible as an answer.
+    """
+    if not model_name:
+        return None
+    try:
+        from hydra import compose, initialize_config_dir
+
+        from clag.run import CONFIG_DIR
+        from clag.runner import build_llm
+
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[f"model={model_name}"])
+        return Judge(model_name, build_llm(cfg.model, cfg.cache), max_new_tokens)
+    except Exception as err:  # a missing model must not stop the other tables
+        log.warning("failure judge %r unavailable (%s); Tables 13-14 stay unclassified", model_name, err)
+        return None
+
+
+def _by_id(run: RunRecord | None) -> dict[str, dict[str, Any]]:
+    return {str(row["question_id"]): row for row in run.predictions} if run else {}
+
+
+def _f1(row: dict[str, Any] | None) -> float:
+    return float(row.get("f1") or 0.0) if row else 0.0
+
+
+def question_clusters(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The clusters CLAG's picker was shown for one question: id, profile, size, selected.
+
+    Empty when the question recorded no candidates (global retrieval, or a
+    method without clusters).
+    """
+    candidates = (row.get("telemetry") or {}).get("candidates")
+    if not isinstance(candidates, list):
+        return []
+    return [
+        {
+            "id": str(c.get("id")),
+            "profile": str(c.get("summary") or ""),
+            "size": c.get("size"),
+            "selected": c.get("status") == "selected",
+        }
+        for c in candidates
+        if isinstance(c, dict)
+    ]
+
+
+def _case_runs(runs: list[RunRecord], defaults: Defaults) -> tuple[str, dict[str, RunRecord]]:
+    """The first configured dataset with a plain CLAG run, and each method's run on it."""
+    settings = defaults.cases
+    models = defaults.models_for(str(settings.get("model", "qwen3-0.6b")))
+    for dataset in settings.get("datasets", ["locomo"]):
+        chosen = {}
+        for method in METHOD_LABELS:
+            where = defaults.clag_default if method == "clag" else {}
+            run = select_run(runs, method, dataset, models, where, CASE_EXPS)
+            if run is not None:
+                chosen[method] = run
+        if "clag" in chosen:
+            return dataset, chosen
+    return "", {}
+
+
+def _setting(runs: dict[str, RunRecord]) -> str:
+    models = sorted({run.model for run in runs.values()})
+    slices = sorted({run.slice_text() for run in runs.values()})
+    text = f"Ours: {', '.join(models)}; data: {'; '.join(slices)}."
+    if any(run.is_sliced for run in runs.values()):
+        text += " DEMO SCALE: a slice of the data, not the paper's setting."
+    return text
+
+
+def _pick_case(runs: dict[str, RunRecord], threshold: float) -> tuple[str | None, bool]:
+    """The question where CLAG is right and the baselines are wrong by the widest F1 margin.
+
+    Returns the question id and whether it meets the criterion in full (else
+    it is only the widest margin). Questions with cluster telemetry win ties,
+    so Table 12 can show the same question.
+    """
+    clag = runs["clag"]
+    others = {method: _by_id(run) for method, run in runs.items() if method != "clag"}
+    best, best_rank = None, None
+    for row in clag.predictions:
+        qid = str(row["question_id"])
+        rivals = [_f1(rows.get(qid)) for rows in others.values() if qid in rows]
+        if others and not rivals:
+            continue
+        strongest = max(rivals, default=0.0)
+        full = _f1(row) >= threshold and strongest < threshold
+        rank = (full, bool(question_clusters(row)), _f1(row) - strongest)
+        if best_rank is None or rank > best_rank:
+            best, best_rank = qid, rank
+    return best, bool(best_rank and best_rank[0])
+
+
+def table11(runs: dict[str, RunRecord], qid: str | None, full: bool, threshold: float) -> CaseTable:
+    paper = load_paper_table(11).drop(columns="table")
+    paper["method"] = paper["method"].map(METHOD_LABELS)
+    columns = ["Method", "Prediction", "F1 (%)", "Result"]
+    if qid is None:
+        ours = pd.DataFrame([["—"] * 4], columns=columns)
+        text = "Table 11 (ours): no finished plain-CLAG run yet, so no case question."
+        return CaseTable(11, "Case study: predictions of every method", ours, paper, text, sliced=False)
+    records = []
+    for method, run in runs.items():
+        row = _by_id(run).get(qid)
+        if row is not None:
+            result = "Correct ✓" if _f1(row) >= threshold else "Wrong ✗"
+            records.append([METHOD_LABELS[method], row.get("prediction", ""), f"{100 * _f1(row):.1f}", result])
+    row = _by_id(runs["clag"])[qid]
+    records.sort(key=lambda r: r[0] != "CLAG")
+    how = (
+        "CLAG is correct and every baseline wrong"
+        if full
+        else "no question had CLAG correct and every baseline wrong; shown: the widest F1 margin for CLAG"
+    )
+    text = (
+        f"Table 11 (ours): predictions for “{row.get('question')}” "
+        f"(gold: “{row.get('answer') or row.get('reference')}”, "
+        f"category {row.get('category')}, question {qid}). Selection: {how}. Correct = token F1 ≥ {threshold:g} "
+        f"(the paper states no criterion). {_setting(runs)}"
+    )
+    return CaseTable(
+        11,
+        "Case study: predictions of every method",
+        pd.DataFrame(records, columns=columns),
+        paper,
+        text,
+        runs["clag"].is_sliced,
+        f"{len(records)} methods",
+    )
+
+
+def table12(clag: RunRecord, qid: str | None) -> CaseTable:
+    """The clusters of the Table 11 question, or else of the CLAG question with the most clusters."""
+    paper = load_paper_table(12).drop(columns="table")
+    rows = _by_id(clag) if clag else {}
+    if qid is None or not question_clusters(rows.get(qid, {})):
+        with_clusters = [r for r in rows.values() if question_clusters(r)]
+        qid = str(max(with_clusters, key=lambda r: len(question_clusters(r)))["question_id"]) if with_clusters else None
+    columns = ["Cluster ID", "Profile", "Count", "Status"]
+    title = "Clusters of the case question: selected or pruned"
+    if qid is None:
+        ours = pd.DataFrame([["—"] * 4], columns=columns)
+        text = "Table 12 (ours): no CLAG run with per-question cluster telemetry yet."
+        return CaseTable(12, title, ours, paper, text, False)
+    row = rows[qid]
+    clusters = question_clusters(row)
+    ours = pd.DataFrame(
+        [
+            [
+                c["id"],
+                c["profile"] or "—",
+                "—" if c["size"] is None else c["size"],
+                "Selected ✓" if c["selected"] else "Pruned ✗",
+            ]
+            for c in clusters
+        ],
+        columns=columns,
+    )
+    telemetry = row.get("telemetry") or {}
+    space, total = telemetry.get("search_space"), telemetry.get("total_notes")
+    pruning = f" The search space went from {total} to {space} notes." if None not in (space, total) else ""
+    text = (
+        f"Table 12 (ours): CLAG's clusters for “{row.get('question')}” (question {qid}): the profiles the picker "
+        f"saw, their sizes, and whether two-stage retrieval selected or pruned them.{pruning} "
+        f"{_setting({'clag': clag})}"
+    )
+    return CaseTable(12, title, ours, paper, text, clag.is_sliced, f"{len(clusters)} clusters")
+
+
+def _failures(runs: dict[str, RunRecord], threshold: float) -> list[Failure]:
+    clag = runs["clag"]
+    baselines = {method: _by_id(run) for method, run in runs.items() if method != "clag"}
+    out = []
+    for row in clag.predictions:
+        if _f1(row) >= threshold:
+            continue
+        qid = str(row["question_id"])
+        answered = [(m, rows[qid]) for m, rows in baselines.items() if qid in rows]
+        baseline = max(answered, key=lambda pair: _f1(pair[1]), default=None)
+        out.append(Failure(row, question_clusters(row), baseline))
+    return out
+
+
+def judge_prompt(failure: Failure, categories: dict[str, str]) -> str:
+    """The classification prompt: the failed question, what CLAG routed to and picked, a baseline's answer."""
+    row = failure.row
+    lines = [
+        "A memory system for a small language model answered a question wrongly. The system groups memories into",
+        "clusters with short profiles; for each question it first picks clusters by their profiles, then searches",
+        "only inside the picked clusters. Decide the main cause of this failure.",
+        "",
+        f"Question: {row.get('question')}",
+        f"Correct answer: {row.get('answer') or row.get('reference')}",
+        f"System's answer: {row.get('prediction')}",
+    ]
+    if failure.clusters:
+        picked = sum(c["selected"] for c in failure.clusters)
+        lines.append(f"Clusters considered ({picked} picked):")
+        lines += [
+            f"- {'PICKED' if c['selected'] else 'skipped'}: {c['profile'] or '(no profile)'}" for c in failure.clusters
+        ]
+    else:
+        lines.append("Clusters considered: not recorded (the system searched its whole memory).")
+    if failure.baseline:
+        method, other = failure.baseline
+        verdict = "correct" if _f1(other) >= 0.5 else "also wrong"
+        lines.append(f"A simpler system ({METHOD_LABELS[method]}) answered: {other.get('prediction')} ({verdict})")
+    lines += ["", "Categories:"]
+    lines += [f"{i}. {name}: {text}" for i, (name, text) in enumerate(categories.items(), start=1)]
+    lines += [
+        "",
+        'Reply with JSON only: {"category": "<the category name>", "reason": "<one short sentence>"}',
+    ]
+    return "\n".join(lines)
+
+
+def parse_category(value: Any, categories: dict[str, str]) -> str:
+    """The judge's category as a taxonomy name: by name, by list number, or else unclassified."""
+    names = list(categories)
+    text = str(value or "").strip()
+    number = re.match(r"^(\d+)\b", text)
+    if number and 1 <= int(number.group(1)) <= len(names):
+        return names[int(number.group(1)) - 1]
+    key = _key(text)
+    for name in names:
+        if key and (_key(name) in key or key in _key(name)):
+            return name
+    return UNCLASSIFIED
+
+
+def classify(failures: list[Failure], judge: Judge | None) -> list[tuple[str, str]]:
+    """(category, reason) per failure; without a judge, every failure is unclassified."""
+    if judge is None:
+        return [(UNCLASSIFIED, "no judge configured")] * len(failures)
+    categories = taxonomy()
+    prompts = [judge_prompt(f, categories) for f in failures]
+    replies = judge.llm.generate_json(prompts, "judge", JUDGE_SCHEMA, max_new_tokens=judge.max_new_tokens)
+    out = []
+    for reply in replies:
+        if reply is None:
+            out.append((UNCLASSIFIED, "judge reply unusable"))
+        else:
+            out.append((parse_category(reply.get("category"), categories), str(reply.get("reason", ""))))
+    return out
+
+
+def _spread(items: list[Failure], limit: int) -> list[Failure]:
+    """At most ``limit`` failures spread evenly over the run (so all categories of questions appear)."""
+    if len(items) <= limit:
+        return items
+    step = len(items) / limit
+    return [items[int(i * step)] for i in range(limit)]
+
+
+def tables13_14(runs: dict[str, RunRecord], judge: Judge | None, threshold: float, limit: int) -> list[CaseTable]:
+    categories = taxonomy()
+    paper13 = load_paper_table(13).drop(columns="table")
+    paper14 = load_paper_table(14).drop(columns="table")
+    clag = runs.get("clag")
+    every = _failures(runs, threshold) if clag else []
+    judged = _spread(every, limit)
+    verdicts = classify(judged, judge)
+    names = [*categories, UNCLASSIFIED]
+    counts = {name: sum(v == name for v, _ in verdicts) for name in names}
+    examples = {}
+    for failure, (verdict, reason) in zip(judged, verdicts):
+        examples.setdefault(verdict, f"“{failure.row.get('question')}” → “{failure.row.get('prediction')}” ({reason})")
+    ours13 = pd.DataFrame(
+        [
+            [
+                name,
+                categories.get(name, "no judge, or no usable category in its reply"),
+                counts[name],
+                examples.get(name, "—"),
+            ]
+            for name in names
+        ],
+        columns=["Category", "Description", "Count", "Example (question → CLAG's answer, judge's reason)"],
+    )
+    paper_counts = {_key(p): (c, pc) for p, c, pc in zip(paper14["pattern"], paper14["count"], paper14["percent"])}
+    total = len(judged)
+    ours14 = pd.DataFrame(
+        [
+            [
+                name,
+                counts[name],
+                f"{100 * counts[name] / total:.1f}" if total else "—",
+                *paper_counts.get(_key(name), ("—", "—")),
+            ]
+            for name in names
+        ],
+        columns=["Pattern", "Count", "%", "Paper count", "Paper %"],
+    )
+    who = f"an LLM judge (model config {judge.name})" if judge else "no judge (all unclassified)"
+    scope = (
+        f"{len(every)} CLAG answers with token F1 < {threshold:g}; {total} of them (spread evenly) "
+        f"classified by {who}, "
+        "prompted with the question, the gold answer, CLAG's answer, the profiles of the clusters it was routed to "
+        "and picked, and the best baseline's answer. The paper does not describe how its N=238 failures were "
+        "classified; its classification may have been manual, so the shares are not directly comparable."
+    )
+    setting = _setting(runs) if clag else "Ours: no finished plain-CLAG run yet."
+    sliced = bool(clag and clag.is_sliced)
+    summary = f"{total} failures, {total - counts[UNCLASSIFIED]} classified" if clag else ""
+    return [
+        CaseTable(
+            13, "Failure taxonomy of CLAG", ours13, paper13, f"Table 13 (ours): {scope} {setting}", sliced, summary
+        ),
+        CaseTable(
+            14, "Failure distribution of CLAG", ours14, paper14, f"Table 14 (ours): {scope} {setting}", sliced, summary
+        ),
+    ]
+
+
+def build_cases(
+    runs: list[RunRecord], defaults: Defaults, judge: Judge | None, numbers: set[int] | None = None
+) -> list[CaseTable]:
+    """Tables 11-14 (those in ``numbers``) from the runs; the judge is called only if 13 or 14 is wanted."""
+    wanted = numbers or {11, 12, 13, 14}
+    settings = defaults.cases
+    threshold = float(settings.get("correct_f1", 0.5))
+    dataset, chosen = _case_runs(runs, defaults)
+    log.info("case tables from dataset %r (%s)", dataset, ", ".join(chosen) or "no runs")
+    qid, full = _pick_case(chosen, threshold) if chosen else (None, False)
+    out = []
+    if 11 in wanted:
+        out.append(table11(chosen, qid, full, threshold))
+    if 12 in wanted:
+        out.append(table12(chosen.get("clag"), qid))
+    if wanted & {13, 14}:
+        pair = tables13_14(chosen, judge, threshold, int(settings.get("max_failures", 24)))
+        out += [table for table in pair if table.number in wanted]
+    return out
+
+
+def judge_from_settings(defaults: Defaults, override: str | None = None) -> Judge | None:
+    """The judge named by ``--judge`` or else by ``cases.judge_model``; ``none`` disables it."""
+    name = override if override is not None else defaults.cases.get("judge_model")
+    if not name or str(name).lower() == "none":
+        return None
+    return build_judge(str(name), int(defaults.cases.get("judge_max_new_tokens", 96)))

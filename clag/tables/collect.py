@@ -1,0 +1,368 @@
+"""Finished runs, read back from their folders, and the numbers tables take from them.
+
+A run is finished when its ``metrics.json`` exists (``clag/runner.py`` writes
+it last, atomically). Everything a table needs is read from the run folder:
+the resolved ``config.yaml`` (method variant values under
+``method.system``), ``metrics.json`` (means with bootstrap intervals,
+latency, structure, provenance) and, for what ``metrics.json`` does not
+summarise with an interval (latency), ``predictions.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from clag.metrics.aggregate import summarize
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """How to read one metric out of a run.
+
+    Attributes:
+        label: Column header, as the paper prints it.
+        source: ``answer`` (``overall`` / ``by_category``), ``evidence``,
+            ``latency`` (bootstrapped from ``predictions.jsonl``), ``chars``,
+            ``clusters`` (``structure``, per episode) or ``config``
+            (``method.system`` value).
+        scale: Factor from our stored value to the paper's unit (fractions -> %).
+        unit: The unit after scaling, for captions.
+    """
+
+    label: str
+    source: str
+    scale: float = 1.0
+    unit: str = "%"
+
+
+METRICS: dict[str, Metric] = {
+    "f1": Metric("F1", "answer", 100),
+    "bleu1": Metric("BLEU-1", "answer", 100),
+    "meteor": Metric("METEOR", "answer", 100),
+    "bert_f1": Metric("BERT-F1", "answer", 100),
+    "rougeL": Metric("ROUGE-L", "answer", 100),
+    "exact_match": Metric("EM", "answer", 100),
+    "e_prec": Metric("E-Prec", "evidence", 100),
+    "e_recall": Metric("E-Recall", "evidence", 100),
+    "e_f1": Metric("E-F1", "evidence", 100),
+    "r5": Metric("R@5", "evidence", 100),
+    "r10": Metric("R@10", "evidence", 100),
+    "ndcg10": Metric("nDCG@10", "evidence", 100),
+    "retrieval_ms": Metric("Retrieval (ms)", "latency", unit="ms per query"),
+    "e2e_ms": Metric("End-to-End (ms)", "latency", unit="ms per query"),
+    "context_chars": Metric("Chars", "chars", unit="characters of retrieved context per query"),
+    "avg_clusters": Metric("Avg. # Clusters", "clusters", unit="clusters per episode (interval over episodes)"),
+    **{
+        key: Metric("Value", "config", unit="config value of the CLAG runs")
+        for key in ("n", "n_init", "tau_split", "k_route", "tau", "k_local")
+    },
+}
+"""Every metric a table spec may name."""
+
+# Where a ``describe()`` reports its cluster count: CLAG's ``clusters``, or a
+# ``n_clusters`` for methods that keep a list under ``clusters``.
+_CLUSTER_COUNT_KEYS = ("n_clusters", "clusters")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean with its bootstrap 95% interval (interval None when not available)."""
+
+    mean: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int | None = None
+
+    def scaled(self, factor: float) -> Estimate:
+        def scale(value: float | None) -> float | None:
+            return None if value is None else value * factor
+
+        return Estimate(self.mean * factor, scale(self.ci_low), scale(self.ci_high), self.n)
+
+
+@dataclass
+class RunRecord:
+    """One finished run folder.
+
+    Attributes:
+        path: The run folder.
+        config: The resolved ``config.yaml`` as a dict.
+        metrics: ``metrics.json``.
+    """
+
+    path: Path
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    mtime: float = 0.0
+    _predictions: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.metrics.get("run", {})
+
+    def _key(self, name: str, config_path: tuple[str, ...]) -> str:
+        value: Any = self.config
+        for part in config_path:
+            value = value.get(part) if isinstance(value, dict) else None
+        return str(self.info.get(name) or value or "")
+
+    @property
+    def exp(self) -> str:
+        return self._key("exp", ("exp",))
+
+    @property
+    def method(self) -> str:
+        return self._key("method", ("method", "name"))
+
+    @property
+    def dataset(self) -> str:
+        return self._key("dataset", ("dataset", "name"))
+
+    @property
+    def model(self) -> str:
+        return self._key("model", ("model", "name"))
+
+    @property
+    def seed(self) -> int:
+        return int(self.info.get("seed", self.config.get("seed", 0)) or 0)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """``method.system`` of the resolved config: the variant values (routing, tau, ...)."""
+        return dict((self.config.get("method") or {}).get("system") or {})
+
+    @property
+    def questions(self) -> int:
+        return int(self.info.get("questions") or self.metrics.get("n") or 0)
+
+    @property
+    def is_sliced(self) -> bool:
+        """True when any ``limit.*`` cut the data: such numbers are not the paper's setting."""
+        return any(value is not None for value in (self.info.get("slice") or {}).values())
+
+    def slice_text(self) -> str:
+        """E.g. ``locomo: 1 episodes / 20 questions / 150 items (limit episodes=1, questions=20)``."""
+        info = self.info
+        limits = {k: v for k, v in (info.get("slice") or {}).items() if v is not None}
+        text = (
+            f"{self.dataset}: {info.get('episodes', '?')} episodes / {info.get('questions', '?')} questions"
+            f" / {info.get('items', '?')} items"
+        )
+        if limits:
+            text += " (limit " + ", ".join(f"{k}={v}" for k, v in sorted(limits.items())) + ")"
+        else:
+            text += " (full data)"
+        return text
+
+    @property
+    def predictions(self) -> list[dict[str, Any]]:
+        """Rows of ``predictions.jsonl`` (read once; a partial last line is skipped)."""
+        if self._predictions is None:
+            rows = []
+            path = self.path / "predictions.jsonl"
+            if path.is_file():
+                for line in path.read_text(encoding="utf-8").splitlines():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        log.warning("%s: skipping an unreadable line", path)
+            self._predictions = rows
+        return self._predictions
+
+
+def find_runs(runs_dir: Path) -> list[RunRecord]:
+    """Every finished run under ``runs_dir`` (any depth), in path order.
+
+    A ``metrics.json`` that does not parse (a copy in progress) is skipped
+    with a warning rather than failing the whole rendering.
+    """
+    runs = []
+    for metrics_path in sorted(Path(runs_dir).rglob("metrics.json")):
+        folder = metrics_path.parent
+        try:
+            metrics = json.loads(metrics_path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            log.warning("skipping %s: %s", metrics_path, err)
+            continue
+        config_path = folder / "config.yaml"
+        config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
+        runs.append(RunRecord(folder, config or {}, metrics, metrics_path.stat().st_mtime))
+    return runs
+
+
+def _same(wanted: Any, actual: Any) -> bool:
+    """Config values compare as numbers when both are numbers (``0.10`` == ``0.1``), else as text."""
+    try:
+        return math.isclose(float(wanted), float(actual), rel_tol=1e-9, abs_tol=1e-12)
+    except (TypeError, ValueError):
+        return str(wanted).lower() == str(actual).lower()
+
+
+def matches(run: RunRecord, method: str, dataset: str, models: list[str], where: dict[str, Any]) -> bool:
+    """Whether ``run`` may fill a cell; empty ``dataset`` / ``models`` accept any.
+
+    A ``where`` key the run's config lacks is not held against it: a method
+    without the switch (RAG has no ``routing``) is simply that method.
+    """
+    if run.method != method or (dataset and run.dataset != dataset) or (models and run.model not in models):
+        return False
+    params = run.params
+    return all(key not in params or _same(value, params[key]) for key, value in where.items())
+
+
+def select_run(
+    runs: list[RunRecord],
+    method: str,
+    dataset: str,
+    models: list[str],
+    where: dict[str, Any],
+    exps: list[str],
+) -> RunRecord | None:
+    """The one run that fills a cell, or None.
+
+    Among matching runs: the most preferred model (the paper's own before a
+    stand-in), then the table's own experiment before others, then the run
+    that explicitly sets more of the ``where`` keys, then the most questions,
+    then the newest.
+    """
+    candidates = [run for run in runs if matches(run, method, dataset, models, where)]
+    if not candidates:
+        return None
+
+    def rank(run: RunRecord) -> tuple:
+        model_rank = models.index(run.model) if run.model in models else len(models)
+        exp_rank = exps.index(run.exp) if run.exp in exps else len(exps)
+        explicit = sum(key in run.params for key in where)
+        return (model_rank, exp_rank, -explicit, -run.questions, -run.mtime)
+
+    return min(candidates, key=rank)
+
+
+def _category(variant: str) -> str | None:
+    return variant.split("=", 1)[1] if variant.startswith("category=") else None
+
+
+def _from_summary(entry: dict[str, Any] | None) -> Estimate | None:
+    if not entry or entry.get("mean") is None:
+        return None
+    return Estimate(float(entry["mean"]), entry.get("ci_low"), entry.get("ci_high"), entry.get("n"))
+
+
+def _bootstrap(values: list[float], run: RunRecord) -> Estimate | None:
+    settings = run.metrics.get("settings") or {}
+    if len(values) < 2:  # an interval from one value would look like certainty
+        return Estimate(float(values[0]), None, None, len(values)) if values else None
+    summary = summarize(values, int(settings.get("bootstrap_samples", 1000)), int(settings.get("seed", 0)))
+    return _from_summary(summary)
+
+
+def cluster_count(structure: dict[str, Any]) -> int | None:
+    """Number of clusters in one episode's ``describe()`` dict, under any of the known key names."""
+    for key in _CLUSTER_COUNT_KEYS:
+        value = structure.get(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            return int(value)
+        if isinstance(value, (list, dict)):
+            return len(value)
+    return None
+
+
+def metric_value(run: RunRecord, metric: str, variant: str = "", config_key: str = "") -> Estimate | None:
+    """Our value for ``metric`` in the paper's unit, or None when the run does not have it.
+
+    Args:
+        run: The run.
+        metric: A key of :data:`METRICS`.
+        variant: ``category=N`` selects a per-category value; other variants
+            only name the run (already chosen by the caller).
+        config_key: For ``config`` metrics, the ``method.system`` key.
+    """
+    spec = METRICS[metric]
+    category = _category(variant)
+    m = run.metrics
+    estimate: Estimate | None = None
+    if spec.source in ("answer", "evidence"):
+        section = m if spec.source == "answer" else m.get("evidence", {})
+        table = (section.get("by_category") or {}).get(category, {}) if category else section.get("overall", {})
+        estimate = _from_summary(table.get(metric))
+    elif spec.source == "latency":
+        rows = [r for r in run.predictions if category is None or str(r.get("category")) == category]
+        values = [float(r[metric]) for r in rows if r.get(metric) is not None]
+        estimate = _bootstrap(values, run) or _from_summary((m.get("latency") or {}).get(metric))
+    elif spec.source == "chars":
+        estimate = _from_summary(m.get("context_chars"))
+    elif spec.source == "clusters":
+        counts = [c for c in map(cluster_count, (m.get("structure") or {}).values()) if c is not None]
+        estimate = _bootstrap([float(c) for c in counts], run)
+    elif spec.source == "config":
+        value = run.params.get(config_key or metric)
+        estimate = Estimate(float(value)) if isinstance(value, (int, float)) else None
+    return estimate.scaled(spec.scale) if estimate else None
+
+
+def load_cluster_snapshot(memory_dir: Path) -> tuple[np.ndarray, list[str]] | None:
+    """Note vectors and each note's cluster from a CLAG memory snapshot, for a 2-D picture.
+
+    Reads the vector files in ``VectorIndex.save`` layout (``NAME.npy`` beside
+    ``NAME.ids.json``; the largest one is the note index: CLAG's
+    ``notes.npy``) and cluster membership from the JSON file that lists
+    clusters with their ``members`` (CLAG's ``clusters.json``:
+    ``{"clusters": [{"id", "members": [note ids]}, ...]}``; an id-keyed dict
+    of ``{"members"}`` works too).
+
+    Returns:
+        ``(vectors, labels)`` for the notes that belong to a cluster, or None
+        when the folder holds no such pair.
+    """
+    best: tuple[np.ndarray, list[str]] | None = None
+    for ids_path in memory_dir.glob("*.ids.json"):
+        vectors_path = ids_path.with_name(ids_path.name[: -len(".ids.json")] + ".npy")
+        if vectors_path.is_file():
+            ids = [str(i) for i in json.loads(ids_path.read_text())]
+            if best is None or len(ids) > len(best[1]):
+                best = (np.load(vectors_path), ids)
+    if best is None:
+        return None
+    membership: dict[str, str] = {}
+    for path in sorted(memory_dir.glob("*.json")):
+        if path.name.endswith(".ids.json"):
+            continue
+        membership = _membership(json.loads(path.read_text()))
+        if membership:
+            break
+    vectors, ids = best
+    keep = [i for i, note_id in enumerate(ids) if note_id in membership]
+    if not keep:
+        return None
+    return vectors[keep], [membership[ids[i]] for i in keep]
+
+
+def _membership(value: Any) -> dict[str, str]:
+    """note id -> cluster id from a clusters JSON, or {} when ``value`` is not one."""
+    if isinstance(value, dict) and "clusters" in value:
+        value = value["clusters"]
+    if isinstance(value, dict):
+        entries = [{"id": key, **entry} for key, entry in value.items() if isinstance(entry, dict)]
+    elif isinstance(value, list):
+        entries = [entry for entry in value if isinstance(entry, dict)]
+    else:
+        return {}
+    out = {}
+    for entry in entries:
+        members = entry.get("members")
+        cluster_id = entry.get("id", entry.get("cluster_id"))
+        if isinstance(members, list) and cluster_id is not None:
+            out.update({str(note): str(cluster_id) for note in members})
+    return out
