@@ -28,7 +28,9 @@ def answer_text(value: Any) -> str:
     """The text the authors score: falsy values (None, "", 0) are empty, others ``str(value).strip()``.
 
     The authors test ``not prediction`` before stringifying, so an integer
-    answer such as 2022 is scored as "2022" while 0 counts as empty.
+    answer such as 2022 is scored as "2022" while 0 counts as empty. A
+    whitespace-only value is empty here too: the authors would still run
+    SBERT on it (every other metric gives them 0), but bert-score fails on "".
     """
     return str(value).strip() if value else ""
 
