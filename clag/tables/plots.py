@@ -111,13 +111,15 @@ def plot_cluster_map(vectors: np.ndarray, labels: list[str], path: Path | None =
     points = PCA(n_components=2, random_state=0).fit_transform(np.asarray(vectors, dtype=np.float64))
     figure = Figure(figsize=(6, 5))
     ax = figure.subplots()
-    for cluster in sorted(set(labels), key=str):
+    names = sorted(set(labels), key=str)
+    for cluster in names:
         mask = np.array([label == cluster for label in labels])
-        ax.scatter(points[mask, 0], points[mask, 1], s=10, label=f"cluster {cluster} ({mask.sum()})")
+        ax.scatter(points[mask, 0], points[mask, 1], s=10, label=f"{cluster} ({mask.sum()} notes)")
     ax.set_xlabel("PC 1")
     ax.set_ylabel("PC 2")
-    ax.set_title(title or "CLAG clusters (PCA of note embeddings)")
-    ax.legend(fontsize=7, markerscale=2)
+    ax.set_title(title or f"CLAG clusters (PCA of note embeddings), {len(names)} clusters")
+    if len(names) <= 12:  # beyond that a legend hides the picture
+        ax.legend(fontsize=7, markerscale=2)
     return _save(figure, path)
 
 
