@@ -309,3 +309,12 @@ def test_cluster_snapshot_and_specs(runs_dir: Path) -> None:
     vectors, labels = load_cluster_snapshot(clag.path / "memory" / "conv-26")
     assert vectors.shape == (6, 8) and labels.count("cluster_1") == 3 and labels[5] == "cluster_2"
     assert compare_numbers() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 16]
+
+
+def test_unavailable_judge_leaves_failures_unclassified(runs_dir: Path) -> None:
+    judge = cases.judge_from_settings(load_defaults(), "no-such-model")
+    assert judge is not None and judge.llm is None
+    tables = cases.build_cases(find_runs(runs_dir), load_defaults(), judge, {14})
+    assert tables[0].ours.set_index("Pattern")["Count"][cases.UNCLASSIFIED] == 2
+    assert judge.unavailable and "no judge" in tables[0].caption
+    assert cases.judge_from_settings(load_defaults(), "none") is None

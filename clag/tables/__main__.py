@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs.is_dir():
         log.warning("no runs folder at %s: every table will show only the paper's numbers", args.runs)
     defaults = _with_stand_ins(specs.load_defaults(), args.stand_in)
-    wanted = set(args.only or range(1, 17))
-    judge = judge_from_settings(defaults, args.judge) if wanted & {13, 14} else None
+    judge = judge_from_settings(defaults, args.judge)
     written = render_all(args.runs, args.out, judge=judge, numbers=args.only, defaults=defaults)
     log.info("wrote %d files under %s (index: %s)", len(written), args.out, args.out / "README.md")
     return 0

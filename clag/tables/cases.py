@@ -68,11 +68,33 @@ class CaseTable:
 
 @dataclass
 class Judge:
-    """The failure classifier: an LLM client and the model config name it was built from."""
+    """The failure classifier: a model config name and its LLM client.
+
+    The client is built on first use (loading a model takes a while), so a
+    rendering without CLAG failures never loads it; tests pass a client.
+    """
 
     name: str
-    llm: LLMClient
+    llm: LLMClient | None = None
     max_new_tokens: int = 96
+    unavailable: bool = False
+
+    def client(self) -> LLMClient | None:
+        """The client, built from ``configs/model/<name>.yaml`` exactly as a run builds it; None if it cannot be."""
+        if self.llm is None and not self.unavailable:
+            try:
+                from hydra import compose, initialize_config_dir
+
+                from clag.run import CONFIG_DIR
+                from clag.runner import build_llm
+
+                with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+                    cfg = compose(config_name="config", overrides=[f"model={self.name}"])
+                self.llm = build_llm(cfg.model, cfg.cache)
+            except Exception as err:  # a missing model must not stop the other tables
+                log.warning("failure judge %r unavailable (%s); Tables 13-14 stay unclassified", self.name, err)
+                self.unavailable = True
+        return self.llm
 
 
 @dataclass
@@ -101,28 +123,6 @@ def _plain(text: str) -> str:
 def _key(name: str) -> str:
     """Category names compared without case, spaces or punctuation (Table 14 writes "Stale / drift")."""
     return re.sub(r"[^a-z]", "", name.lower())
-
-
-def build_judge(model_name: str | None, max_new_tokens: int = 96) -> Judge | None:
-    """The judge from a model config name (``configs/model/<name>.yaml``); None when it cannot be built.
-
-    Builds the client exactly as a run does (same backend, cache and
-    generation defaults), so a judge verdict is as reproducible as an answer.
-    """
-    if not model_name:
-        return None
-    try:
-        from hydra import compose, initialize_config_dir
-
-        from clag.run import CONFIG_DIR
-        from clag.runner import build_llm
-
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[f"model={model_name}"])
-        return Judge(model_name, build_llm(cfg.model, cfg.cache), max_new_tokens)
-    except Exception as err:  # a missing model must not stop the other tables
-        log.warning("failure judge %r unavailable (%s); Tables 13-14 stay unclassified", model_name, err)
-        return None
 
 
 def _by_id(run: RunRecord | None) -> dict[str, dict[str, Any]]:
@@ -341,11 +341,12 @@ def parse_category(value: Any, categories: dict[str, str]) -> str:
 
 def classify(failures: list[Failure], judge: Judge | None) -> list[tuple[str, str]]:
     """(category, reason) per failure; without a judge, every failure is unclassified."""
-    if judge is None:
-        return [(UNCLASSIFIED, "no judge configured")] * len(failures)
+    llm = judge.client() if judge and failures else None
+    if llm is None:
+        return [(UNCLASSIFIED, "no judge configured" if judge is None else "judge unavailable")] * len(failures)
     categories = taxonomy()
     prompts = [judge_prompt(f, categories) for f in failures]
-    replies = judge.llm.generate_json(prompts, "judge", JUDGE_SCHEMA, max_new_tokens=judge.max_new_tokens)
+    replies = llm.generate_json(prompts, "judge", JUDGE_SCHEMA, max_new_tokens=judge.max_new_tokens)
     out = []
     for reply in replies:
         if reply is None:
@@ -402,7 +403,7 @@ def tables13_14(runs: dict[str, RunRecord], judge: Judge | None, threshold: floa
         ],
         columns=["Pattern", "Count", "%", "Paper count", "Paper %"],
     )
-    who = f"an LLM judge (model config {judge.name})" if judge else "no judge (all unclassified)"
+    who = f"an LLM judge (model config {judge.name})" if judge and judge.llm else "no judge (all unclassified)"
     scope = (
         f"{len(every)} CLAG answers with token F1 < {threshold:g}; {total} of them (spread evenly) "
         f"classified by {who}, "
@@ -449,4 +450,4 @@ def judge_from_settings(defaults: Defaults, override: str | None = None) -> Judg
     name = override if override is not None else defaults.cases.get("judge_model")
     if not name or str(name).lower() == "none":
         return None
-    return build_judge(str(name), int(defaults.cases.get("judge_max_new_tokens", 96)))
+    return Judge(str(name), max_new_tokens=int(defaults.cases.get("judge_max_new_tokens", 96)))

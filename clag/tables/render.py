@@ -311,7 +311,7 @@ def render_all(
         runs_dir: Root of the run folders.
         out_dir: Where tables and plots go (``results/tables``).
         judge: Classifies CLAG's failures for Tables 13-14; None leaves them
-            unclassified (see :func:`clag.tables.cases.build_judge`).
+            unclassified (see :class:`clag.tables.cases.Judge`).
         numbers: Only these tables (default: all 16).
         spec_dir: Folder of the table specs.
         defaults: Shared table settings (default: ``spec_dir/defaults.yaml``).
