@@ -99,11 +99,18 @@ class Judge:
 
 @dataclass
 class Failure:
-    """One wrong CLAG answer with what the judge needs to see."""
+    """One wrong CLAG answer with what the judge needs to see.
+
+    Attributes:
+        row: CLAG's predictions row.
+        clusters: The clusters its picker was shown (see :func:`question_clusters`).
+        baseline: The best baseline's (method label, prediction, correct?) on
+            the same question, or None when no baseline answered it.
+    """
 
     row: dict[str, Any]
     clusters: list[dict[str, Any]]
-    baseline: tuple[str, dict[str, Any]] | None
+    baseline: tuple[str, str, bool] | None
 
 
 def taxonomy() -> dict[str, str]:
@@ -287,7 +294,8 @@ def _failures(runs: dict[str, RunRecord], threshold: float) -> list[Failure]:
             continue
         qid = str(row["question_id"])
         answered = [(m, rows[qid]) for m, rows in baselines.items() if qid in rows]
-        baseline = max(answered, key=lambda pair: _f1(pair[1]), default=None)
+        best = max(answered, key=lambda pair: _f1(pair[1]), default=None)
+        baseline = (METHOD_LABELS[best[0]], str(best[1].get("prediction")), _f1(best[1]) >= threshold) if best else None
         out.append(Failure(row, question_clusters(row), baseline))
     return out
 
@@ -311,11 +319,13 @@ def judge_prompt(failure: Failure, categories: dict[str, str]) -> str:
             f"- {'PICKED' if c['selected'] else 'skipped'}: {c['profile'] or '(no profile)'}" for c in failure.clusters
         ]
     else:
-        lines.append("Clusters considered: not recorded (the system searched its whole memory).")
+        lines.append("Clusters considered: none recorded.")
+    telemetry = row.get("telemetry") or {}
+    if telemetry.get("search_space") is not None and telemetry.get("total_notes") is not None:
+        lines.append(f"Memories searched: {telemetry['search_space']} of {telemetry['total_notes']}.")
     if failure.baseline:
-        method, other = failure.baseline
-        verdict = "correct" if _f1(other) >= 0.5 else "also wrong"
-        lines.append(f"A simpler system ({METHOD_LABELS[method]}) answered: {other.get('prediction')} ({verdict})")
+        label, prediction, correct = failure.baseline
+        lines.append(f"A simpler system ({label}) answered: {prediction} ({'correct' if correct else 'also wrong'})")
     lines += ["", "Categories:"]
     lines += [f"{i}. {name}: {text}" for i, (name, text) in enumerate(categories.items(), start=1)]
     lines += [
