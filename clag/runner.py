@@ -108,7 +108,7 @@ def build_llm(model_cfg: DictConfig, cache_cfg: DictConfig) -> LLMClient:
     backend = instantiate(model_cfg.backend)
     cache = CallCache(cache_cfg.path) if cache_cfg.enabled else None
     generation = GenerationConfig(**OmegaConf.to_container(model_cfg.generation, resolve=True))
-    stage_settings = OmegaConf.to_container(model_cfg.get("stage_settings") or {}, resolve=True)
+    stage_settings = OmegaConf.to_container(model_cfg.stage_settings, resolve=True) if "stage_settings" in model_cfg else {}
     return LLMClient(
         backend, cache, generation, stage_settings, constrained_json=bool(model_cfg.get("constrained_json", True))
     )
@@ -181,7 +181,7 @@ def execute(spec: RunSpec) -> Path:
         cfg.paths.data_dir,
         variant=cfg.dataset.get("variant"),
         episodes=cfg.limit.episodes,
-        items=cfg.limit.items,
+        items=cfg.limit["items"],
         questions=cfg.limit.questions,
         categories=cfg.limit.categories,
     )

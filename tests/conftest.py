@@ -1,0 +1,25 @@
+"""Shared test setup: the real data folder, and offline, quiet libraries."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))  # tests/scripted_llm.py
+
+os.environ.setdefault("CLAG_DATA_DIR", str((ROOT.parent / "shared" / "data").resolve()))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    path = Path(os.environ["CLAG_DATA_DIR"])
+    if not (path / "locomo" / "locomo10.json").exists():
+        pytest.fail(f"CLAG_DATA_DIR={path} does not hold the benchmark data (see README: Data)")
+    return path
