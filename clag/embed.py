@@ -103,9 +103,7 @@ class VectorIndex:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self.vector(key) for key in ids])
 
-    def search(
-        self, query: np.ndarray, k: int, subset: Collection[str] | None = None
-    ) -> list[tuple[str, float]]:
+    def search(self, query: np.ndarray, k: int, subset: Collection[str] | None = None) -> list[tuple[str, float]]:
         """Top-``k`` ids by cosine, best first; ``subset`` restricts the search."""
         if subset is not None:
             rows = np.array([self._row[key] for key in subset if key in self._row], dtype=np.int64)

@@ -63,7 +63,11 @@ class RunSpec:
         else:
             model = cfg.model.name
             run_dir = (
-                Path(cfg.paths.runs_dir) / cfg.exp / cfg.dataset.name / cfg.method.name / model
+                Path(cfg.paths.runs_dir)
+                / cfg.exp
+                / cfg.dataset.name
+                / cfg.method.name
+                / model
                 / f"seed{cfg.seed}-{config_hash[:8]}"
             )
         return cls(cfg=cfg, run_dir=run_dir, config_hash=config_hash)
@@ -108,7 +112,9 @@ def build_llm(model_cfg: DictConfig, cache_cfg: DictConfig) -> LLMClient:
     backend = instantiate(model_cfg.backend)
     cache = CallCache(cache_cfg.path) if cache_cfg.enabled else None
     generation = GenerationConfig(**OmegaConf.to_container(model_cfg.generation, resolve=True))
-    stage_settings = OmegaConf.to_container(model_cfg.stage_settings, resolve=True) if "stage_settings" in model_cfg else {}
+    stage_settings = (
+        OmegaConf.to_container(model_cfg.stage_settings, resolve=True) if "stage_settings" in model_cfg else {}
+    )
     return LLMClient(
         backend, cache, generation, stage_settings, constrained_json=bool(model_cfg.get("constrained_json", True))
     )
@@ -239,7 +245,9 @@ def _prepare_memory(
         marker = source / "COMPLETE"
         if marker.exists():
             if marker.read_text().strip() != fingerprint:
-                raise RuntimeError(f"memory snapshot {source} was built from different data; delete it or fix the slice")
+                raise RuntimeError(
+                    f"memory snapshot {source} was built from different data; delete it or fix the slice"
+                )
             system.load(source)
             log.info("episode %s: memory loaded from %s", episode.id, source)
             return None
@@ -356,7 +364,8 @@ def _row(
         "e2e_ms": retrieve_total_ms + answer_ms,
         "timings_ms": {**context.timings_ms, "answer": answer_ms},
         "usage": usage,
-        "llm_calls": sum(s["calls"] for s in usage.values()) + sum(s["calls"] for s in answer_usage.values()) / chunk_size,
+        "llm_calls": sum(s["calls"] for s in usage.values())
+        + sum(s["calls"] for s in answer_usage.values()) / chunk_size,
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "telemetry": context.telemetry,
@@ -394,7 +403,16 @@ def _usage_summary(episodes: list[Episode], episode_log: dict[str, Any], rows: l
 
 
 def _package_versions() -> dict[str, str]:
-    names = ["torch", "transformers", "sentence-transformers", "faiss-cpu", "scikit-learn", "nltk", "bert-score", "hydra-core"]
+    names = [
+        "torch",
+        "transformers",
+        "sentence-transformers",
+        "faiss-cpu",
+        "scikit-learn",
+        "nltk",
+        "bert-score",
+        "hydra-core",
+    ]
     out = {}
     for name in names:
         try:

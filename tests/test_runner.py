@@ -21,16 +21,39 @@ pytestmark = pytest.mark.model
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW_FIELDS = {
-    "question_id", "question", "reference", "prediction", "category", "retrieved_ids", "evidence_ids",
-    "context_chars", "retrieval_ms", "e2e_ms", "prompt_tokens", "completion_tokens",
-    "f1", "bleu1", "meteor", "bert_f1", "rougeL", "exact_match",
+    "question_id",
+    "question",
+    "reference",
+    "prediction",
+    "category",
+    "retrieved_ids",
+    "evidence_ids",
+    "context_chars",
+    "retrieval_ms",
+    "e2e_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "f1",
+    "bleu1",
+    "meteor",
+    "bert_f1",
+    "rougeL",
+    "exact_match",
 }
 
 
 def overrides(run_dir: Path, cache: Path, *extra: str) -> list[str]:
     return [
-        "method=rag", "dataset=locomo", "limit.episodes=1", "limit.items=30", "limit.questions=4",
-        "runner.answer_batch_size=2", "runner.progress=false", f"run_dir={run_dir}", f"cache.path={cache}", *extra,
+        "method=rag",
+        "dataset=locomo",
+        "limit.episodes=1",
+        "limit.items=30",
+        "limit.questions=4",
+        "runner.answer_batch_size=2",
+        "runner.progress=false",
+        f"run_dir={run_dir}",
+        f"cache.path={cache}",
+        *extra,
     ]
 
 
@@ -90,7 +113,9 @@ def test_rescoring_command_agrees_with_runner(rag_run, tmp_path):
     out = tmp_path / "rescored.jsonl"
     subprocess.run(
         [sys.executable, "-m", "clag.score", str(run_dir / "predictions.jsonl"), "--out", str(out)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     for ours, theirs in zip(read_rows(run_dir), [json.loads(x) for x in out.read_text().splitlines()]):
         for key in ("f1", "bleu1", "meteor", "rougeL", "exact_match"):
@@ -108,7 +133,10 @@ def test_bad_data_file_gives_one_line_error(tmp_path, data_dir, damage):
     env = {**os.environ, "CLAG_DATA_DIR": str(tmp_path / "data")}
     result = subprocess.run(
         [sys.executable, "-m", "clag.run", f"run_dir={tmp_path / 'run'}"],
-        capture_output=True, text=True, env=env, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
     )
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
