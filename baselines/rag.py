@@ -30,6 +30,8 @@ class RagMemory(MemoryBase):
             authors' loop does) instead of the raw question.
     """
 
+    retrieval_params = frozenset({"retrieve_k", "use_keywords"})
+
     def __init__(self, llm: LLMClient, embedder: Embedder, retrieve_k: int = 10, use_keywords: bool = True) -> None:
         self.llm = llm
         self.embedder = embedder

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
@@ -190,6 +190,7 @@ def execute(spec: RunSpec) -> Path:
         items=cfg.limit["items"],
         questions=cfg.limit.questions,
         categories=cfg.limit.categories,
+        episode_ids=cfg.limit.episode_ids,
     )
     llm = build_llm(cfg.model, cfg.cache)
     embedder = build_embedder(cfg.embedder)
@@ -230,26 +231,59 @@ def execute(spec: RunSpec) -> Path:
     return run_dir
 
 
+def ingestion_key(cfg: DictConfig) -> str:
+    """Hash of everything that shapes an ingested memory, and nothing else.
+
+    A method class lists its retrieval-only parameters in ``retrieval_params``
+    (e.g. CLAG's ``retrieval``, everyone's ``retrieve_k``); runs that differ
+    only in those, or in the question slice, share one memory snapshot, so
+    retrieval-only variants (Table 7's global retrieval) never re-ingest.
+    """
+    system_cfg = OmegaConf.to_container(cfg.method.system, resolve=True)
+    method_class = get_class(system_cfg["_target_"])
+    retrieval_only = getattr(method_class, "retrieval_params", frozenset())
+    payload = {
+        "method": {k: v for k, v in system_cfg.items() if k not in retrieval_only},
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "embedder": OmegaConf.to_container(cfg.embedder, resolve=True),
+        "seed": int(cfg.seed),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _snapshot_key(cfg: DictConfig, episode: Episode) -> str:
+    items = json.dumps([asdict(item) for item in episode.items], ensure_ascii=False)
+    return hashlib.sha256(f"{ingestion_key(cfg)}:{episode.id}:{items}".encode()).hexdigest()
+
+
 def _prepare_memory(
     system: MemorySystem, episode: Episode, cfg: DictConfig, run_dir: Path, llm: LLMClient
 ) -> dict[str, Any] | None:
-    """Load the episode's memory snapshot if there is one, else ingest and save it.
+    """Load a matching memory snapshot if one exists, else ingest and save one.
 
-    Returns the ingestion record when ingestion ran now, else ``None``.
+    Looked up in order: this run's folder (a resumed run), the folder named by
+    ``runner.reuse_memory_from``, and the snapshot index under the runs
+    folder (any earlier run with the same ingestion key and items). Returns
+    the ingestion record when ingestion ran now, else ``None``.
     """
-    fingerprint = episode_fingerprint(episode)
+    key = _snapshot_key(cfg, episode)
+    index_entry = Path(cfg.paths.runs_dir) / "memory_index" / key
     sources = [run_dir / "memory" / episode.id]
     if cfg.runner.reuse_memory_from:
-        sources.append(Path(cfg.runner.reuse_memory_from) / "memory" / episode.id)
+        explicit = Path(cfg.runner.reuse_memory_from) / "memory" / episode.id
+        if (explicit / "COMPLETE").exists() and (explicit / "COMPLETE").read_text().strip() != key:
+            raise RuntimeError(
+                f"memory snapshot {explicit} was ingested with other data or ingestion settings; "
+                "only retrieval-only parameters may differ"
+            )
+        sources.append(explicit)
+    if index_entry.exists():
+        sources.append(Path(index_entry.read_text().strip()))
     for source in sources:
         marker = source / "COMPLETE"
-        if marker.exists():
-            if marker.read_text().strip() != fingerprint:
-                raise RuntimeError(
-                    f"memory snapshot {source} was built from different data; delete it or fix the slice"
-                )
+        if marker.exists() and marker.read_text().strip() == key:
             system.load(source)
-            log.info("episode %s: memory loaded from %s", episode.id, source)
+            log.info("episode %s: memory loaded from %s (no ingestion calls)", episode.id, source)
             return None
 
     system.reset()
@@ -267,7 +301,9 @@ def _prepare_memory(
     if cfg.runner.save_memory:
         target = run_dir / "memory" / episode.id
         system.save(target)
-        (target / "COMPLETE").write_text(fingerprint)
+        (target / "COMPLETE").write_text(key)
+        index_entry.parent.mkdir(parents=True, exist_ok=True)
+        index_entry.write_text(str(target.resolve()))
     calls = sum(stage["calls"] for stage in usage.values())
     return {
         "episode_id": episode.id,

@@ -144,6 +144,7 @@ def load_episodes(
     items: int | None = None,
     questions: int | None = None,
     categories: Sequence[int] | None = None,
+    episode_ids: Sequence[str] | None = None,
 ) -> list[Episode]:
     """Load a dataset as episodes, optionally sliced.
 
@@ -163,6 +164,7 @@ def load_episodes(
         items: Keep the first N items of each episode.
         questions: Keep the first N questions of each episode (after the filters above).
         categories: Keep only questions of these categories.
+        episode_ids: Keep only these episodes (by id, in file order), before ``episodes`` applies.
 
     Returns:
         The episodes in file order.
@@ -181,6 +183,11 @@ def load_episodes(
     if wanted is not None and not any(q.category in wanted for ep in loaded for q in ep.questions):
         present = sorted({q.category for ep in loaded for q in ep.questions})
         raise DatasetError(f"{name} has no question of categories {sorted(wanted)}; its categories are {present}")
+    if episode_ids is not None:
+        chosen = {str(e) for e in episode_ids}
+        if unknown := chosen - {ep.id for ep in loaded}:
+            raise DatasetError(f"{name} has no episode {sorted(unknown)}; its ids are {[ep.id for ep in loaded]}")
+        loaded = [ep for ep in loaded if ep.id in chosen]
     sliced = [_slice(ep, items, questions, wanted) for ep in loaded[:episodes]]
     if questions != 0 and not any(ep.questions for ep in sliced):
         why = " (none without evidence is kept when items is limited)" if source.evidence_field is None else ""

@@ -60,7 +60,14 @@ class MemorySystem(Protocol):
 
 
 class MemoryBase:
-    """Defaults shared by all methods; subclasses override what differs."""
+    """Defaults shared by all methods; subclasses override what differs.
+
+    ``retrieval_params`` names constructor parameters that act only at
+    retrieval time; the runner reuses a memory snapshot across runs that
+    differ only in these (see :func:`clag.runner.ingestion_key`).
+    """
+
+    retrieval_params: frozenset[str] = frozenset()
 
     def add(self, item: Item) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
