@@ -43,7 +43,16 @@ log = logging.getLogger(__name__)
 
 INGEST_CHUNK = 16
 # Keys that do not change what a run computes, left out of the run's hash.
-_UNHASHED = ("paths", "logger", "run_dir", "runner.progress", "runner.reuse_memory_from", "cache", "hydra")
+_UNHASHED = (
+    "paths",
+    "logger",
+    "run_dir",
+    "runner.progress",
+    "runner.reuse_memory_from",
+    "runner.warmup",
+    "cache",
+    "hydra",
+)
 
 
 @dataclass
@@ -195,6 +204,10 @@ def execute(spec: RunSpec) -> Path:
     llm = build_llm(cfg.model, cfg.cache)
     embedder = build_embedder(cfg.embedder)
     answerer = Answerer(llm, seed=int(cfg.seed), adversarial_temperature=cfg.answer.adversarial_temperature)
+    if cfg.runner.warmup:
+        # Loads the weights and compiles kernels outside every timed question.
+        llm.backend.generate(["Hello"], GenerationConfig(max_new_tokens=2))
+        embedder.encode(["warm-up"])
     predictions = PredictionLog(run_dir / "predictions.jsonl")
     episode_log = _read_jsonl(run_dir / "episodes.jsonl")
     structure = {episode_id: record.get("structure", {}) for episode_id, record in episode_log.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ os.environ.setdefault("CLAG_DATA_DIR", str((ROOT.parent / "shared" / "data").res
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# Runs and the snapshot index of the tests never land in the user's runs/ folder.
+os.environ.setdefault("CLAG_RUNS_DIR", tempfile.mkdtemp(prefix="clag-test-runs-"))
 
 
 @pytest.fixture(scope="session")
