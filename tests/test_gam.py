@@ -8,6 +8,7 @@ the real offline model through the runner.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -320,6 +321,17 @@ def test_bm25_scores_terms_present_in_most_pages(embedder):
     assert index.keyword("the of", 5) == []
 
 
+def test_stage_token_caps_and_temperature_reach_the_backend(embedder):
+    caps = {"memo": 11, "plan": 22, "integrate": 33, "reflect": 44}
+    script = Script(check='{"enough": false}')
+    memory = build(embedder, script, max_iters=2, max_new_tokens=caps, temperature=0.3, seed=7)
+    memory.retrieve(QUESTION)
+    configs = [config for _, config in memory.llm.backend.calls]
+    stages = ["reflect" if stage in ("check", "requests") else stage for stage in script.stages]
+    assert [config.max_new_tokens for config in configs] == [caps[stage] for stage in stages]
+    assert {(config.temperature, config.seed) for config in configs} == {(0.3, 7)}
+
+
 def test_empty_memory_returns_empty_context(embedder):
     script = Script()
     memory = GamMemory(LLMClient(ScriptedBackend(script), cache=None), embedder)
@@ -349,3 +361,43 @@ def test_save_load_round_trip_needs_no_llm(embedder, tmp_path: Path):
     for system in (memory, restored):
         system.llm = LLMClient(ScriptedBackend(Script()), cache=None)
     assert restored.retrieve(QUESTION).source_ids == memory.retrieve(QUESTION).source_ids
+
+
+# ---- end to end, real offline model ----
+
+GAM_STAGES = ("plan", "integrate", "reflect")
+
+
+@pytest.mark.model
+def test_end_to_end_on_a_small_locomo_slice(tmp_path, monkeypatch):
+    """Two questions over 20 LoCoMo turns, two research rounds, small completion caps (~2 min on CPU)."""
+    from clag.run import run_with_overrides
+
+    if "CLAG_DATA_DIR" not in os.environ:  # the Makefile's default
+        monkeypatch.setenv("CLAG_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    max_iters = 2
+    run_dir = run_with_overrides(
+        [
+            "method=gam", "dataset=locomo", "model=qwen2.5-0.5b", "limit.episodes=1", "limit.items=20",
+            "limit.questions=2", f"method.system.max_iters={max_iters}", "method.system.max_new_tokens.memo=64",
+            "method.system.max_new_tokens.plan=160", "method.system.max_new_tokens.integrate=128",
+            "method.system.max_new_tokens.reflect=48", "runner.progress=false",
+            f"run_dir={tmp_path / 'run'}", f"cache.path={tmp_path / 'cache.sqlite'}",
+        ]
+    )  # fmt: skip
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
+    structure = metrics["structure"]["conv-26"]
+    bound = structure["call_bound_per_question"]
+    assert bound == {"logical": 4 * max_iters - 2, "backend": 2 * (4 * max_iters - 2)}
+    assert structure["pages"] == metrics["usage"]["ingestion"]["memo"]["calls"] >= 1
+    assert 0.0 <= metrics["overall"]["f1"]["mean"] <= 1.0
+    assert set(metrics["usage"]["questions"]) >= {"plan", "integrate", "reflect", "answer"}
+    assert len(rows) == 2
+    for row in rows:
+        assert {"plan", "search", "integrate", "reflect", "answer"} <= row["timings_ms"].keys()
+        assert row["retrieval_ms"] >= sum(row["timings_ms"][stage] for stage in ("plan", "integrate", "reflect"))
+        assert row["telemetry"]["llm_calls"] <= bound["logical"]
+        assert sum(row["usage"][stage]["calls"] for stage in GAM_STAGES if stage in row["usage"]) <= bound["backend"]
+        assert row["retrieved_ids"] and row["context_chars"] > 0
+        assert 0.0 <= row["f1"] <= 1.0

@@ -180,6 +180,7 @@ class GamMemory(MemoryBase):
         max_new_tokens: Completion cap per stage.
         temperature: Sampling temperature of every GAM stage; ``None`` keeps
             the client's setting (greedy in our runs; GAM's code uses 0.3).
+        seed: Seed of sampled stages, so that sampled runs repeat and are cached.
     """
 
     def __init__(
@@ -195,6 +196,7 @@ class GamMemory(MemoryBase):
         integrate: bool = True,
         max_new_tokens: Mapping[str, int] | None = None,
         temperature: float | None = None,
+        seed: int = 0,
     ) -> None:
         if max_iters < 1:
             raise ValueError("max_iters must be at least 1")
@@ -209,6 +211,7 @@ class GamMemory(MemoryBase):
         self.integrate = integrate
         self.max_new_tokens = {**DEFAULT_MAX_NEW_TOKENS, **(max_new_tokens or {})}
         self.temperature = temperature
+        self.seed = seed
         self.reset()
 
     # ---- ingestion ----
@@ -288,7 +291,7 @@ class GamMemory(MemoryBase):
     def _settings(self, stage: str) -> dict[str, Any]:
         settings: dict[str, Any] = {"max_new_tokens": self.max_new_tokens[stage]}
         if self.temperature is not None:
-            settings["temperature"] = self.temperature
+            settings.update(temperature=self.temperature, seed=self.seed)
         return settings
 
     def _json(self, prompt: str, stage: str, schema: Mapping[str, Any], trace: _Trace) -> dict[str, Any] | None:
