@@ -5,47 +5,80 @@ dtype, chat-template hash, prompt format), the prompt, every generation
 setting and a cache version, so two models never share answers (the
 lm-evaluation-harness pitfall, its issue #2715) and a changed setting is a
 miss. A killed run resumes from the cache with identical outputs.
+
+Several processes of a Hydra multirun write the same file: the database is
+in WAL mode (readers never block the writer), every connection waits on a
+busy lock instead of failing, each write is one short transaction, and a
+process never reuses a connection it inherited through ``fork``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from clag.llm.base import Completion, GenerationConfig
 
 CACHE_VERSION = 1
+BUSY_TIMEOUT_S = 120.0
+
+
+def default_cache_path() -> Path:
+    """``<clag cache dir>/llm_cache.sqlite`` (the runner passes its own path from the config)."""
+    from clag.assets import cache_dir
+
+    return cache_dir() / "llm_cache.sqlite"
 
 
 class CallCache:
     """Key-value store of completions in one SQLite file (WAL mode).
 
     Args:
-        path: The database file; its folder is created if needed.
+        path: The database file; its folder is created if needed. ``None``
+            means :func:`default_cache_path`.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path).expanduser()
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._connect() as db:
-            db.execute(
+        self._retry_locked(
+            lambda db: db.execute(
                 "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, text TEXT NOT NULL,"
                 " prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)"
             )
+        )
 
     def _connect(self) -> sqlite3.Connection:
+        """This thread's connection, opened anew in a forked child."""
         db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
+        if db is None or self._local.pid != os.getpid():
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            self._local.db, self._local.pid = db, os.getpid()
+            # switching to WAL needs a moment of exclusive access; SQLite may refuse it without
+            # calling the busy handler while another process creates the file, hence the retry
+            self._retry_locked(lambda conn: conn.execute("PRAGMA journal_mode=WAL"), db)
             db.execute("PRAGMA synchronous=NORMAL")
-            self._local.db = db
         return db
+
+    def _retry_locked(self, action: Any, db: sqlite3.Connection | None = None) -> Any:
+        """Run ``action(db)``, retrying for up to the busy timeout while the file is locked."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                return action(db or self._connect())
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) and "busy" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     @staticmethod
     def cacheable(config: GenerationConfig) -> bool:
@@ -59,16 +92,32 @@ class CallCache:
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def get(self, key: str) -> Completion | None:
-        row = self._connect().execute(
-            "SELECT text, prompt_tokens, completion_tokens FROM calls WHERE key = ?", (key,)
-        ).fetchone()
+        row = (
+            self._connect()
+            .execute("SELECT text, prompt_tokens, completion_tokens FROM calls WHERE key = ?", (key,))
+            .fetchone()
+        )
         return Completion(*row) if row else None
 
     def put(self, key: str, completion: Completion) -> None:
-        self._connect().execute(
-            "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)",
-            (key, completion.text, completion.prompt_tokens, completion.completion_tokens),
-        )
+        self.put_many([(key, completion)])
+
+    def put_many(self, entries: Iterable[tuple[str, Completion]]) -> None:
+        """Store several completions in one transaction (one fsync for a whole batch)."""
+        rows = [(key, c.text, c.prompt_tokens, c.completion_tokens) for key, c in entries]
+        if not rows:
+            return
+
+        def write(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", rows)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+        self._retry_locked(write)
 
     def __len__(self) -> int:
         return self._connect().execute("SELECT COUNT(*) FROM calls").fetchone()[0]

@@ -1,10 +1,15 @@
 """One tolerant parser for the JSON that small models write.
 
 Small models return broken JSON (missing braces, trailing prose, code
-fences) and, even when the JSON is valid, echo the prompt's placeholders
-("keyword1", "tag_1", "your one-sentence summary here"). Both count as
-failures: the caller retries once and then falls back, and the failure
-rate is reported per stage.
+fences, single quotes, truncated output) and, even when the JSON is valid,
+echo the prompt's placeholders ("keyword1", "tag_1", "your one-sentence
+summary here"). Both count as failures: the caller retries once and then
+falls back, and the failure rate is reported per stage.
+
+Repairs that keep the model's meaning are applied instead of failing:
+``json_repair`` for the syntax, a digit string for an integer field, a
+number for a string field, a comma-separated string for a list of strings,
+and placeholder items dropped from a list that also holds real ones.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ _PLACEHOLDER = re.compile(
     r"|^\.\.\.$|^<.*>$",
     re.IGNORECASE,
 )
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
 
 def is_placeholder(value: Any) -> bool:
@@ -34,37 +41,73 @@ def is_placeholder(value: Any) -> bool:
     return False
 
 
-_TYPES = {"string": str, "array": list, "object": dict, "integer": int, "number": (int, float), "boolean": bool}
+def _coerce(field: Any, spec: Mapping[str, Any]) -> Any:
+    """``field`` converted to the declared type where that keeps its meaning, else unchanged."""
+    kind = spec.get("type")
+    if kind == "integer" and isinstance(field, str) and re.fullmatch(r"-?\d+", field.strip()):
+        return int(field.strip())
+    if kind == "number" and isinstance(field, str) and _NUMBER.match(field.strip()):
+        return float(field.strip())
+    if kind == "string" and isinstance(field, (int, float)) and not isinstance(field, bool):
+        return str(field)
+    if kind == "array" and spec.get("items", {}).get("type") == "string":
+        if isinstance(field, str):
+            field = [part.strip() for part in re.split(r"[,;]", field) if part.strip()]
+        if isinstance(field, list):
+            real = [item for item in field if not is_placeholder(item)]
+            return real if real else field
+    return field
+
+
+def _is_type(field: Any, kind: str | None) -> bool:
+    if kind is None:
+        return True
+    if isinstance(field, bool):
+        return kind == "boolean"
+    expected = {"string": str, "array": list, "object": dict, "integer": int, "number": (int, float), "boolean": bool}
+    return isinstance(field, expected.get(kind, object))
+
+
+def _validate(value: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    properties = schema.get("properties", {})
+    for name, spec in properties.items():
+        if name in value:
+            value[name] = _coerce(value[name], spec)
+    for name in schema.get("required", []):
+        if name not in value:
+            return None
+        field = value[name]
+        if not _is_type(field, properties.get(name, {}).get("type")):
+            return None
+        if isinstance(field, (str, list)) and is_placeholder(field):
+            return None
+    return value
 
 
 def parse_json_object(text: str, schema: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """Parse ``text`` into a dict that satisfies ``schema``, or ``None``.
 
-    Repair uses ``json_repair``. With a schema, every required key must be
-    present with the declared type (an integer given as a digit string is
-    accepted) and no required string/array may be empty or a placeholder.
+    Repair uses ``json_repair``. When the text holds several JSON values (an
+    array of objects, an object followed by prose), the first object that
+    satisfies the schema wins. With a schema, every required key must be
+    present with the declared type (after the repairs listed in the module
+    docstring); no required string may be empty or a placeholder, and no
+    required list may hold placeholders only (an empty list is an answer,
+    e.g. no cluster picked).
     """
-    text = re.sub(r"<think>.*?</think>", "", text or "", flags=re.DOTALL).strip()
+    text = _THINK.sub("", text or "").strip()
     try:
         value = json_repair.loads(text)
     except Exception:  # json_repair raises on pathological input only
         return None
-    if isinstance(value, list):
-        value = next((v for v in value if isinstance(v, dict)), None)
-    if not isinstance(value, dict):
-        return None
-    if not schema:
-        return value
-    properties = schema.get("properties", {})
-    for name in schema.get("required", []):
-        if name not in value:
-            return None
-        expected = _TYPES.get(properties.get(name, {}).get("type", ""), object)
-        field = value[name]
-        if expected is int and isinstance(field, str) and field.strip().lstrip("-").isdigit():
-            value[name] = field = int(field.strip())
-        if not isinstance(field, expected) or isinstance(field, bool) and expected is not bool:
-            return None
-        if isinstance(field, (str, list)) and is_placeholder(field):
-            return None
-    return value
+    if isinstance(value, dict):
+        candidates = [value]
+    elif isinstance(value, list):
+        candidates = [v for v in value if isinstance(v, dict)]
+    else:
+        candidates = []
+    for candidate in candidates:
+        result = _validate(candidate, schema) if schema else candidate
+        if result is not None:
+            return result
+    return None
