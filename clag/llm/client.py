@@ -147,6 +147,12 @@ class LLMClient:
         return list(zip(results, texts))
 
     def _complete(self, prompts: list[str], config: GenerationConfig, stage: str) -> list[Completion]:
+        """Completions in order: cache hits first, then one backend call for the misses.
+
+        A prompt repeated within a cacheable call is generated once. Token
+        counts include cache hits, so usage describes the method's workload
+        whether or not a rerun was answered from the cache.
+        """
         results: list[Completion | None] = [None] * len(prompts)
         keys: list[str | None] = [None] * len(prompts)
         if self.cache is not None and self.cache.cacheable(config):
@@ -154,12 +160,24 @@ class LLMClient:
                 keys[i] = self.cache.key(self._identity, prompt, config)
                 results[i] = self.cache.get(keys[i])
         missing = [i for i, result in enumerate(results) if result is None]
-        if missing:
-            fresh = self.backend.generate([prompts[i] for i in missing], config)
-            for i, completion in zip(missing, fresh):
-                results[i] = completion
+        first_of: dict[str, int] = {}  # cache key -> index of its first occurrence among the misses
+        to_generate = []
+        for i in missing:
+            if keys[i] is None or keys[i] not in first_of:
+                to_generate.append(i)
                 if keys[i] is not None:
-                    self.cache.put(keys[i], completion)
+                    first_of[keys[i]] = i
+        if to_generate:
+            fresh = self.backend.generate([prompts[i] for i in to_generate], config)
+            if len(fresh) != len(to_generate):
+                raise RuntimeError(f"backend returned {len(fresh)} completions for {len(to_generate)} prompts")
+            for i, completion in zip(to_generate, fresh):
+                results[i] = completion
+            if self.cache is not None:
+                self.cache.put_many((keys[i], results[i]) for i in to_generate if keys[i] is not None)
+        for i in missing:
+            if results[i] is None:
+                results[i] = results[first_of[keys[i]]]
         done = [r for r in results if r is not None]
         self.usage.add(
             stage,

@@ -1,0 +1,171 @@
+"""LLMClient control flow: cache first, per-stage usage, JSON retry and fallback.
+
+A scripted backend stands in for the model: these tests check bookkeeping,
+not model quality.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scripted_llm import ScriptedBackend
+
+from clag.llm.base import GenerationConfig
+from clag.llm.cache import CallCache
+from clag.llm.client import LLMClient, UsageMeter
+
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+class NamedBackend(ScriptedBackend):
+    """A scripted backend with a chosen identity, to tell two models apart."""
+
+    def __init__(self, name: str, respond=lambda prompt, config: f"echo {prompt}") -> None:
+        super().__init__(respond)
+        self.name = name
+
+    def identity(self) -> dict:
+        return {"backend": "scripted", "model": self.name}
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> CallCache:
+    return CallCache(tmp_path / "calls.sqlite")
+
+
+def test_second_call_is_answered_from_the_cache(cache: CallCache) -> None:
+    backend = NamedBackend("m1")
+    client = LLMClient(backend, cache)
+    assert client.generate(["a", "b"], stage="note") == ["echo a", "echo b"]
+    assert client.generate(["b", "c", "a"], stage="note") == ["echo b", "echo c", "echo a"]
+    assert [prompt for prompt, _ in backend.calls] == ["a", "b", "c"]  # only the miss reached the model
+    usage = client.usage.snapshot()["note"]
+    assert usage["calls"] == 5 and usage["cache_hits"] == 2
+
+
+def test_a_resumed_process_reuses_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "calls.sqlite"
+    LLMClient(NamedBackend("m1"), CallCache(path)).generate(["a"], stage="answer")
+    backend = NamedBackend("m1", respond=lambda prompt, config: "different")
+    assert LLMClient(backend, CallCache(path)).generate(["a"], stage="answer") == ["echo a"]
+    assert backend.calls == []
+
+
+def test_models_never_share_answers(cache: CallCache) -> None:
+    LLMClient(NamedBackend("m1"), cache).generate(["a"], stage="note")
+    other = NamedBackend("m2", respond=lambda prompt, config: "m2 says hi")
+    assert LLMClient(other, cache).generate(["a"], stage="note") == ["m2 says hi"]
+    assert len(other.calls) == 1
+
+
+def test_changed_setting_is_a_miss(cache: CallCache) -> None:
+    backend = NamedBackend("m1")
+    client = LLMClient(backend, cache)
+    client.generate(["a"], stage="note")
+    client.generate(["a"], stage="note", max_new_tokens=7)
+    assert len(backend.calls) == 2 and backend.calls[1][1].max_new_tokens == 7
+
+
+def test_sampled_calls_are_cached_only_when_seeded(cache: CallCache) -> None:
+    backend = NamedBackend("m1")
+    client = LLMClient(backend, cache)
+    client.generate(["a"], stage="note", temperature=0.7)
+    client.generate(["a"], stage="note", temperature=0.7)
+    assert len(backend.calls) == 2
+    client.generate(["a"], stage="note", temperature=0.7, seed=5)
+    client.generate(["a"], stage="note", temperature=0.7, seed=5)
+    assert len(backend.calls) == 3
+
+
+def test_repeated_prompt_in_one_call_is_generated_once(cache: CallCache) -> None:
+    backend = NamedBackend("m1")
+    client = LLMClient(backend, cache)
+    assert client.generate(["a", "b", "a"], stage="answer") == ["echo a", "echo b", "echo a"]
+    assert [prompt for prompt, _ in backend.calls] == ["a", "b"]
+    unseeded = client.generate(["x", "x"], stage="answer", temperature=1.0)  # independent samples: both run
+    assert len(unseeded) == 2 and len(backend.calls) == 4
+
+
+def test_stage_settings_and_overrides_layer_in_order() -> None:
+    backend = NamedBackend("m1")
+    client = LLMClient(
+        backend,
+        defaults=GenerationConfig(max_new_tokens=100, temperature=0.0),
+        stage_settings={"note": {"temperature": 0.7, "seed": 1}},
+    )
+    client.generate(["a"], stage="note")
+    client.generate(["a"], stage="note", temperature=0.2)
+    client.generate(["a"], stage="answer")
+    configs = [config for _, config in backend.calls]
+    assert (configs[0].temperature, configs[0].seed, configs[0].max_new_tokens) == (0.7, 1, 100)
+    assert configs[1].temperature == 0.2
+    assert configs[2].temperature == 0.0 and configs[2].seed is None
+
+
+def test_json_retry_then_fallback_are_counted(cache: CallCache) -> None:
+    def respond(prompt: str, config: GenerationConfig) -> str:
+        if prompt == "good":
+            return '{"answer": "Paris"}'
+        if prompt == "fixed-on-retry" and config.temperature > 0:
+            return '{"answer": "Rome"}'
+        return '{"answer": "your answer here"}'
+
+    backend = NamedBackend("m1", respond)
+    client = LLMClient(backend, cache)
+    values = client.generate_json(["good", "fixed-on-retry", "hopeless"], stage="pick", schema=ANSWER)
+    assert values == [{"answer": "Paris"}, {"answer": "Rome"}, None]
+    usage = client.usage.snapshot()["pick"]
+    assert (usage["json_calls"], usage["parse_failures"], usage["retries"], usage["fallbacks"]) == (3, 2, 2, 1)
+    retry_config = backend.calls[-1][1]
+    assert retry_config.temperature == 0.7 and retry_config.seed is not None  # seeded, so cached and repeatable
+    assert backend.calls[0][1].json_schema == ANSWER  # constrained decoding asked for
+
+
+def test_json_with_text_returns_the_raw_answer_for_fallbacks() -> None:
+    client = LLMClient(NamedBackend("m1", respond=lambda prompt, config: "Paris, I think"))
+    [(value, text)] = client.generate_json_with_text(["q"], stage="answer", schema=ANSWER)
+    assert value is None and text == "Paris, I think"
+
+
+def test_unconstrained_client_sends_no_schema() -> None:
+    backend = NamedBackend("m1", respond=lambda prompt, config: '{"answer": "x"}')
+    LLMClient(backend, constrained_json=False).generate_json(["q"], stage="answer", schema=ANSWER)
+    assert backend.calls[0][1].json_schema is None
+
+
+def test_token_usage_is_summed_per_stage() -> None:
+    client = LLMClient(NamedBackend("m1", respond=lambda prompt, config: "one two three"))
+    client.generate(["a b", "c"], stage="note")
+    client.generate(["d"], stage="answer")
+    usage = client.usage.snapshot()
+    assert (usage["note"]["prompt_tokens"], usage["note"]["completion_tokens"]) == (3, 6)
+    assert usage["answer"]["calls"] == 1
+
+
+def test_usage_diff_drops_idle_stages() -> None:
+    meter = UsageMeter()
+    meter.add("note", calls=2)
+    before = meter.snapshot()
+    meter.add("answer", calls=1, prompt_tokens=5)
+    assert UsageMeter.diff(meter.snapshot(), before) == {
+        "answer": {
+            "calls": 1,
+            "cache_hits": 0,
+            "prompt_tokens": 5,
+            "completion_tokens": 0,
+            "json_calls": 0,
+            "parse_failures": 0,
+            "retries": 0,
+            "fallbacks": 0,
+        }
+    }
+
+
+def test_backend_returning_too_few_completions_is_an_error() -> None:
+    class Broken(NamedBackend):
+        def generate(self, prompts, config):
+            return super().generate(prompts, config)[:-1]
+
+    with pytest.raises(RuntimeError, match="2 prompts"):
+        LLMClient(Broken("m1")).generate(["a", "b"], stage="note")
