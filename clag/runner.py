@@ -16,9 +16,10 @@ import platform
 import random
 import resource
 import subprocess
+import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -32,9 +33,10 @@ from tqdm import tqdm
 from clag.answer import Answerer
 from clag.data import episode_fingerprint, load_episodes
 from clag.embed import Embedder
-from clag.llm.base import GenerationConfig
+from clag.llm.base import GenerationConfig, LLMBackend
 from clag.llm.cache import CallCache
 from clag.llm.client import LLMClient, UsageMeter
+from clag.llm.coalesce import CoalescingBackend
 from clag.memory.base import MemorySystem
 from clag.metrics import MetricSettings, aggregate_rows, score_rows
 from clag.types import Episode, Question
@@ -116,9 +118,15 @@ def build_embedder(cfg: DictConfig) -> Embedder:
     return _EMBEDDERS[key]
 
 
-def build_llm(model_cfg: DictConfig, cache_cfg: DictConfig) -> LLMClient:
-    """The backend (weights loaded once per process by the backend) behind a fresh client."""
+def build_backend(model_cfg: DictConfig, concurrent: bool = False) -> LLMBackend:
+    """The configured backend (weights are loaded once per process by the backend
+    itself), behind a :class:`CoalescingBackend` when episodes run concurrently."""
     backend = instantiate(model_cfg.backend)
+    return CoalescingBackend(backend) if concurrent else backend
+
+
+def build_client(backend: LLMBackend, model_cfg: DictConfig, cache_cfg: DictConfig) -> LLMClient:
+    """A client (own usage meter) over a shared backend and cache."""
     cache = CallCache(cache_cfg.path) if cache_cfg.enabled else None
     generation = GenerationConfig(**OmegaConf.to_container(model_cfg.generation, resolve=True))
     stage_settings = (
@@ -127,13 +135,6 @@ def build_llm(model_cfg: DictConfig, cache_cfg: DictConfig) -> LLMClient:
     return LLMClient(
         backend, cache, generation, stage_settings, constrained_json=bool(model_cfg.get("constrained_json", True))
     )
-
-
-@contextmanager
-def _timer(sink: dict[str, float], key: str) -> Iterator[None]:
-    start = time.perf_counter()
-    yield
-    sink[key] = sink.get(key, 0.0) + (time.perf_counter() - start) * 1000
 
 
 class PredictionLog:
@@ -146,6 +147,7 @@ class PredictionLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rows: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()  # concurrent episodes append from several threads
         if path.exists():
             good = 0
             with path.open("rb") as handle:
@@ -163,7 +165,7 @@ class PredictionLog:
         return question_id in self.rows
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
+        with self._lock, self.path.open("a", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
                 self.rows[row["question_id"]] = row
@@ -201,28 +203,43 @@ def execute(spec: RunSpec) -> Path:
         categories=cfg.limit.categories,
         episode_ids=cfg.limit.episode_ids,
     )
-    llm = build_llm(cfg.model, cfg.cache)
+    workers = max(1, min(int(cfg.runner.concurrent_episodes), len(episodes)))
+    backend = build_backend(cfg.model, concurrent=workers > 1)
     embedder = build_embedder(cfg.embedder)
-    answerer = Answerer(llm, seed=int(cfg.seed), adversarial_temperature=cfg.answer.adversarial_temperature)
     if cfg.runner.warmup:
         # Loads the weights and compiles kernels outside every timed question.
-        llm.backend.generate(["Hello"], GenerationConfig(max_new_tokens=2))
+        backend.generate(["Hello"], GenerationConfig(max_new_tokens=2))
         embedder.encode(["warm-up"])
     predictions = PredictionLog(run_dir / "predictions.jsonl")
     episode_log = _read_jsonl(run_dir / "episodes.jsonl")
     structure = {episode_id: record.get("structure", {}) for episode_id, record in episode_log.items()}
+    lock = threading.Lock()
 
-    for episode in episodes:
-        pending = [q for q in episode.questions if not predictions.done(q.id)]
-        if not pending:
-            continue
+    def run_episode(episode: Episode) -> None:
+        if all(predictions.done(q.id) for q in episode.questions):
+            return
+        llm = build_client(backend, cfg.model, cfg.cache)
         system: MemorySystem = instantiate(cfg.method.system, llm=llm, embedder=embedder)
         record = _prepare_memory(system, episode, cfg, run_dir, llm)
-        if record is not None:
-            episode_log[episode.id] = record
-            _append_jsonl(run_dir / "episodes.jsonl", record)
-        structure[episode.id] = system.describe()
+        with lock:
+            if record is not None:
+                episode_log[episode.id] = record
+                _append_jsonl(run_dir / "episodes.jsonl", record)
+            structure[episode.id] = system.describe()
+        answerer = Answerer(llm, seed=int(cfg.seed), adversarial_temperature=cfg.answer.adversarial_temperature)
         _answer_episode(system, episode, answerer, llm, predictions, cfg)
+
+    if workers == 1:
+        for episode in episodes:
+            run_episode(episode)
+    else:
+        # Episodes are independent streams; their LLM calls meet in shared batches.
+        def scoped(episode: Episode) -> None:
+            with backend.client():
+                run_episode(episode)
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(scoped, episodes))
 
     rows = [predictions.rows[q.id] for ep in episodes for q in ep.questions if q.id in predictions.rows]
     settings = MetricSettings(
@@ -238,7 +255,7 @@ def execute(spec: RunSpec) -> Path:
     metrics = aggregate_rows(scored, settings)
     metrics["usage"] = _usage_summary(episodes, episode_log, scored)
     metrics["structure"] = {episode.id: structure[episode.id] for episode in episodes if episode.id in structure}
-    metrics["run"] = _provenance(spec, llm, episodes, time.perf_counter() - wall_start)
+    metrics["run"] = _provenance(spec, backend, episodes, time.perf_counter() - wall_start)
     _write_json(metrics_path, metrics)
     _log_to_tracker(cfg, run_dir, metrics, scored)
     return run_dir
@@ -480,7 +497,7 @@ def _git_hash() -> str:
         return "unknown"
 
 
-def _provenance(spec: RunSpec, llm: LLMClient, episodes: list[Episode], wall_s: float) -> dict[str, Any]:
+def _provenance(spec: RunSpec, backend: LLMBackend, episodes: list[Episode], wall_s: float) -> dict[str, Any]:
     cfg = spec.cfg
     return {
         "config_hash": spec.config_hash,
@@ -488,8 +505,9 @@ def _provenance(spec: RunSpec, llm: LLMClient, episodes: list[Episode], wall_s: 
         "method": cfg.method.name,
         "dataset": cfg.dataset.name,
         "model": cfg.model.name,
-        "model_identity": llm.identity(),
-        "generation": asdict(llm.defaults),
+        "model_identity": backend.identity(),
+        "generation": OmegaConf.to_container(cfg.model.generation, resolve=True),
+        "concurrent_episodes": int(cfg.runner.concurrent_episodes),
         "seed": int(cfg.seed),
         "slice": OmegaConf.to_container(cfg.limit, resolve=True),
         "episodes": len(episodes),
