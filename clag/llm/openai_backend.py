@@ -1,0 +1,159 @@
+"""OpenAI-compatible HTTP backend for served models (vLLM, SGLang, llama.cpp server).
+
+Users with GPUs serve the model once and let many runs share it: the server
+batches the concurrent requests this client sends (a thread pool, order
+kept). ``chat`` prompts go to ``/v1/chat/completions`` as one user message;
+``raw`` prompts go to ``/v1/completions`` as is, which is what the authors'
+SGLang ``/generate`` calls do (``SGLangController.get_completion`` in
+dmis-lab/CLAG ``CLAG_memory.py``). A JSON schema travels as OpenAI's
+``response_format: {"type": "json_schema", ...}``, which vLLM, SGLang and
+llama.cpp's server turn into guided decoding.
+
+The API key is read from the environment at request time and never kept in
+``identity()``, a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from clag.llm.base import Completion, GenerationConfig
+from clag.llm.transformers_backend import strip_think
+
+log = logging.getLogger(__name__)
+
+
+class ServerError(RuntimeError):
+    """The server could not be reached or refused a request; the message names the URL."""
+
+
+class OpenAICompatibleBackend:
+    """Concurrent requests to an OpenAI-compatible completion server.
+
+    Args:
+        base_url: Server root, with or without ``/v1`` (``http://localhost:8000``).
+        model: Model name the server serves (part of the cache identity).
+        api_key_env: Name of the environment variable holding the API key
+            (local servers usually need none).
+        prompt_format: ``chat`` or ``raw`` (see the module docstring).
+        max_concurrency: Requests in flight at once.
+        timeout_s: Per-request timeout.
+        extra_body: Fields merged into every request (e.g. vLLM's
+            ``chat_template_kwargs: {enable_thinking: false}``); part of the
+            identity, so never put secrets here.
+    """
+
+    max_retries = 4  # attempts after the first, on connection errors, 429 and 5xx
+    backoff_s = 1.0  # first wait; doubled per attempt
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        prompt_format: str = "chat",
+        max_concurrency: int = 8,
+        timeout_s: float = 120,
+        extra_body: dict | None = None,
+    ) -> None:
+        if prompt_format not in ("chat", "raw"):
+            raise ValueError(f"prompt_format must be 'chat' or 'raw', not {prompt_format!r}")
+        root = base_url.rstrip("/").removesuffix("/v1")
+        self.url = f"{root}/v1/chat/completions" if prompt_format == "chat" else f"{root}/v1/completions"
+        self.model = model
+        self.api_key_env = api_key_env
+        self.prompt_format = prompt_format
+        self.max_concurrency = max(1, max_concurrency)
+        self.timeout_s = timeout_s
+        self.extra_body = dict(extra_body or {})
+
+    def identity(self) -> dict[str, Any]:
+        """Model name, prompt format and extra request fields; no URL (a cache
+        stays valid when the same model is served elsewhere) and no key."""
+        return {
+            "backend": "openai-compatible",
+            "model": self.model,
+            "prompt_format": self.prompt_format,
+            "extra_body": self.extra_body,
+        }
+
+    def generate(self, prompts: Sequence[str], config: GenerationConfig) -> list[Completion]:
+        """One completion per prompt, in order, ``max_concurrency`` requests at a time."""
+        if not prompts:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
+            return list(pool.map(lambda prompt: self._complete(prompt, config), prompts))
+
+    def request_body(self, prompt: str, config: GenerationConfig) -> dict[str, Any]:
+        """The JSON body for one prompt (public so that tests and users can inspect it)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": config.max_new_tokens,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+        }
+        if self.prompt_format == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if config.seed is not None:
+            body["seed"] = config.seed
+        if config.repetition_penalty != 1.0:  # a vLLM / SGLang extension of the OpenAI API
+            body["repetition_penalty"] = config.repetition_penalty
+        if config.json_schema:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "response", "schema": config.json_schema, "strict": True},
+            }
+        return {**body, **self.extra_body}
+
+    def _complete(self, prompt: str, config: GenerationConfig) -> Completion:
+        reply = self._post(self.request_body(prompt, config))
+        try:
+            choice = reply["choices"][0]
+            text = choice["message"]["content"] if self.prompt_format == "chat" else choice["text"]
+        except (KeyError, IndexError, TypeError) as err:
+            raise ServerError(f"unexpected reply from {self.url}: {json.dumps(reply)[:300]}") from err
+        usage = reply.get("usage") or {}
+        return Completion(
+            strip_think(text or ""), int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        )
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries on connection errors, 429 and 5xx; other errors raise at once."""
+        headers = {"Content-Type": "application/json"}
+        if key := os.environ.get(self.api_key_env):
+            headers["Authorization"] = f"Bearer {key}"
+        data = json.dumps(body).encode("utf-8")
+        problem = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as err:
+                detail = err.read()[:300].decode("utf-8", "replace")
+                if err.code != 429 and err.code < 500:
+                    raise ServerError(f"{self.url} answered HTTP {err.code}: {detail}") from err
+                problem = f"HTTP {err.code}: {detail}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
+                problem = str(getattr(err, "reason", err))
+            except json.JSONDecodeError as err:
+                raise ServerError(f"{self.url} answered with invalid JSON: {err}") from err
+            log.warning(
+                "request to %s failed (%s); attempt %d of %d", self.url, problem, attempt + 1, 1 + self.max_retries
+            )
+        raise ServerError(
+            f"OpenAI-compatible server at {self.url} is unreachable or failing after "
+            f"{self.max_retries + 1} attempts ({problem}); is it running?"
+        )

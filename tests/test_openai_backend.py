@@ -1,0 +1,196 @@
+"""The OpenAI-compatible backend over real HTTP against a scripted localhost server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from clag.llm.base import GenerationConfig
+from clag.llm.client import LLMClient
+from clag.llm.openai_backend import OpenAICompatibleBackend, ServerError
+
+SECRET = "sk-test-do-not-leak-0123456789"
+
+
+class ScriptedServer:
+    """A threaded HTTP server answering in the OpenAI format and recording every request.
+
+    The reply to a prompt is ``reply:<prompt>``; a prompt starting with
+    ``slow`` is answered late, so that out-of-order completion shows up.
+    ``fail_first`` requests get HTTP 503 before the server recovers.
+    """
+
+    def __init__(self, fail_first: int = 0, status: int = 503) -> None:
+        self.requests: list[dict] = []
+        self.fail_first = fail_first
+        self.status = status
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep pytest output clean
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    failing = len(server.requests) <= server.fail_first
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                prompt = body["messages"][0]["content"] if "messages" in body else body["prompt"]
+                time.sleep(0.3 if prompt.startswith("slow") else 0.05)
+                with server.lock:
+                    server.in_flight -= 1
+                if failing:
+                    self._send(server.status, {"error": "warming up"})
+                    return
+                text = f"reply:{prompt}"
+                choice = {"message": {"role": "assistant", "content": text}} if "messages" in body else {"text": text}
+                usage = {"prompt_tokens": len(prompt), "completion_tokens": len(text), "total_tokens": 0}
+                self._send(200, {"choices": [{"index": 0, **choice, "finish_reason": "stop"}], "usage": usage})
+
+            def _send(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> ScriptedServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAG_TEST_KEY", SECRET)
+
+
+def backend(url: str, **kwargs) -> OpenAICompatibleBackend:
+    made = OpenAICompatibleBackend(url, "Qwen/Qwen3-0.6B", api_key_env="CLAG_TEST_KEY", **kwargs)
+    made.backoff_s = 0.01
+    return made
+
+
+def test_chat_requests_keep_order_run_concurrently_and_parse_usage(server: ScriptedServer) -> None:
+    prompts = ["slow first", "second", "slow third", "fourth", "fifth"]
+    completions = backend(server.url, max_concurrency=4).generate(prompts, GenerationConfig(max_new_tokens=9))
+    assert [c.text for c in completions] == [f"reply:{p}" for p in prompts]
+    assert [(c.prompt_tokens, c.completion_tokens) for c in completions] == [
+        (len(p), len(p) + len("reply:")) for p in prompts
+    ]
+    assert 2 <= server.max_in_flight <= 4  # concurrent, within the limit
+    request = server.requests[0]
+    assert request["path"] == "/v1/chat/completions"
+    assert request["body"]["model"] == "Qwen/Qwen3-0.6B"
+    assert request["body"]["max_tokens"] == 9 and request["body"]["temperature"] == 0.0
+    assert request["headers"]["Authorization"] == f"Bearer {SECRET}"
+
+
+def test_raw_format_uses_completions_with_the_prompt_as_is(server: ScriptedServer) -> None:
+    [completion] = backend(server.url + "/v1/", prompt_format="raw").generate(["Text: go"], GenerationConfig())
+    assert completion.text == "reply:Text: go"
+    assert server.requests[0]["path"] == "/v1/completions"
+    assert server.requests[0]["body"]["prompt"] == "Text: go" and "messages" not in server.requests[0]["body"]
+
+
+def test_schema_seed_penalty_and_extra_body_reach_the_server(server: ScriptedServer) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    config = GenerationConfig(temperature=0.7, seed=11, repetition_penalty=1.1, json_schema=schema)
+    made = backend(server.url, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    made.generate(["q"], config)
+    body = server.requests[0]["body"]
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "response", "schema": schema, "strict": True},
+    }
+    assert (body["seed"], body["repetition_penalty"], body["temperature"]) == (11, 1.1, 0.7)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_defaults_send_no_optional_fields(server: ScriptedServer) -> None:
+    backend(server.url).generate(["q"], GenerationConfig())
+    body = server.requests[0]["body"]
+    assert not {"seed", "repetition_penalty", "response_format"} & body.keys()
+
+
+def test_think_blocks_are_stripped(server: ScriptedServer) -> None:
+    [completion] = backend(server.url, prompt_format="raw").generate(["<think>hmm</think>answer"], GenerationConfig())
+    assert completion.text == "reply:answer"
+
+
+def test_server_errors_are_retried_with_backoff() -> None:
+    with ScriptedServer(fail_first=2) as running:
+        [completion] = backend(running.url).generate(["q"], GenerationConfig())
+        assert completion.text == "reply:q"
+        assert len(running.requests) == 3
+
+
+def test_client_errors_fail_at_once_naming_the_url() -> None:
+    with ScriptedServer(fail_first=5, status=400) as running:
+        with pytest.raises(ServerError, match=r"127\.0\.0\.1:\d+/v1/chat/completions answered HTTP 400"):
+            backend(running.url).generate(["q"], GenerationConfig())
+        assert len(running.requests) == 1
+
+
+def test_unreachable_server_names_the_url_and_never_the_key(caplog: pytest.LogCaptureFixture) -> None:
+    with ScriptedServer() as closed:  # bind a port, then free it so nothing listens there
+        url = closed.url
+    made = backend(url)
+    made.max_retries = 2
+    with caplog.at_level(logging.DEBUG), pytest.raises(ServerError) as error:
+        made.generate(["q"], GenerationConfig())
+    assert url in str(error.value) and "after 3 attempts" in str(error.value)
+    assert SECRET not in str(error.value) and SECRET not in caplog.text
+
+
+def test_identity_holds_no_key_and_no_url(server: ScriptedServer) -> None:
+    made = backend(server.url, extra_body={"top_k": 20})
+    identity = json.dumps(made.identity())
+    assert SECRET not in identity and "127.0.0.1" not in identity and "CLAG_TEST_KEY" not in identity
+    assert made.identity() == {
+        "backend": "openai-compatible",
+        "model": "Qwen/Qwen3-0.6B",
+        "prompt_format": "chat",
+        "extra_body": {"top_k": 20},
+    }
+
+
+def test_no_key_in_the_environment_sends_no_header(server: ScriptedServer, monkeypatch) -> None:
+    monkeypatch.delenv("CLAG_TEST_KEY")
+    backend(server.url).generate(["q"], GenerationConfig())
+    assert "Authorization" not in server.requests[0]["headers"]
+
+
+def test_behind_the_client_a_rerun_is_served_from_the_cache(server: ScriptedServer, tmp_path) -> None:
+    from clag.llm.cache import CallCache
+
+    client = LLMClient(backend(server.url), CallCache(tmp_path / "c.sqlite"))
+    first = client.generate(["a", "b"], stage="answer")
+    again = LLMClient(backend(server.url), CallCache(tmp_path / "c.sqlite")).generate(["a", "b"], stage="answer")
+    assert first == again == ["reply:a", "reply:b"]
+    assert len(server.requests) == 2
