@@ -86,11 +86,11 @@ class Judge:
                 from hydra import compose, initialize_config_dir
 
                 from clag.run import CONFIG_DIR
-                from clag.runner import build_llm
+                from clag.runner import build_backend, build_client
 
                 with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
                     cfg = compose(config_name="config", overrides=[f"model={self.name}"])
-                self.llm = build_llm(cfg.model, cfg.cache)
+                self.llm = build_client(build_backend(cfg.model), cfg.model, cfg.cache)
             except Exception as err:  # a missing model must not stop the other tables
                 log.warning("failure judge %r unavailable (%s); Tables 13-14 stay unclassified", self.name, err)
                 self.unavailable = True
