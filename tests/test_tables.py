@@ -203,6 +203,8 @@ def test_caption_names_model_slice_and_demo_scale(rendered: Path) -> None:
     tex = (rendered / "table01.tex").read_text()
     assert r"\caption{" in tex and r"$\Delta$" in tex and "25.00 [15.00, 35.00]" in tex
     assert "proxy" in (rendered / "table15.md").read_text()
+    latency = (rendered / "table02.md").read_text()
+    assert "answer_batch_size=[8]" in latency and "no untimed warm-up" in latency
 
 
 def test_missing_runs_render_as_dashes(tmp_path: Path) -> None:

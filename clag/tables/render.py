@@ -153,7 +153,7 @@ def caption(spec: TableSpec, long: pd.DataFrame, runs: list[RunRecord]) -> str:
                 "DEMO SCALE: our runs use a slice of the data (limit.*), not the paper's setting; "
                 "differences from the paper are not evidence about the methods."
             )
-        parts.extend(_run_notes(spec, list(used.values())))
+        parts.extend(_run_notes(long, list(used.values())))
     else:
         parts.append("Ours: no finished run matches this table yet.")
     units: dict[str, list[str]] = {}
@@ -168,11 +168,11 @@ def caption(spec: TableSpec, long: pd.DataFrame, runs: list[RunRecord]) -> str:
     return " ".join(part for part in parts if part)
 
 
-def _run_notes(spec: TableSpec, used: list[RunRecord]) -> list[str]:
+def _run_notes(long: pd.DataFrame, used: list[RunRecord]) -> list[str]:
     """Protocol differences visible in the runs' own records."""
     notes = []
-    metrics = {METRICS[m].source for m in spec.metrics if m} | set(spec.metrics)
-    if "bert_f1" in metrics:
+    keys = set(long["metric"])
+    if "bert_f1" in keys:
         settings = [run.metrics.get("settings") or {} for run in used]
         proxies = sorted({s.get("bert_model", "?") for s in settings if not s.get("bert_is_paper_model")})
         if proxies:
@@ -180,13 +180,17 @@ def _run_notes(spec: TableSpec, used: list[RunRecord]) -> list[str]:
                 f"BERT-F1 computed with {', '.join(proxies)} (a proxy; the paper's is roberta-large): "
                 "not comparable with the paper's BERT-F1."
             )
-    if "latency" in metrics:
-        batches = sorted({int((run.config.get("runner") or {}).get("answer_batch_size", 1)) for run in used})
+    if any(METRICS[key].source == "latency" for key in keys):
+        notes.append("Our retrieval time excludes the question-keyword call, as the authors time it.")
+        runners = [run.config.get("runner") or {} for run in used]
+        batches = sorted({int(r.get("answer_batch_size", 1)) for r in runners})
         if any(size > 1 for size in batches):
             notes.append(
-                f"Our end-to-end time spreads one batched answer call over its batch (answer_batch_size={batches}); "
-                "retrieval time excludes the question-keyword call, as the authors time it."
+                f"Our end-to-end time spreads one batched answer call over its batch (answer_batch_size={batches}), "
+                "so it is not one question's latency: run experiment=table2 for that."
             )
+        if not all(r.get("warmup") for r in runners):
+            notes.append("Some runs had no untimed warm-up call (runner.warmup=false); the paper excludes warm-up.")
     return notes
 
 
