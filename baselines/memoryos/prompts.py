@@ -46,19 +46,34 @@ FACTS_SCHEMA: dict[str, Any] = {
 
 
 def continuity_prompt(previous: str, current: str) -> str:
-    """Does ``current`` carry on the exchange ``previous`` (authors' ``check_conversation_continuity``)?"""
+    """Does ``current`` carry on the exchange ``previous`` (authors' ``check_conversation_continuity``)?
+
+    Worded as a yes/no about the same thread: the 0.5B stand-in answered
+    "false" to every pair when asked whether the subject stays unchanged.
+    """
     return (
-        "Decide whether the second exchange carries on the first one without changing the subject.\n\n"
-        f"First exchange:\n{previous}\n\nSecond exchange:\n{current}\n\n"
-        "Reply with one word, true or false."
+        "Two consecutive parts of a conversation are shown. Does the second part continue the same "
+        "conversation thread as the first (no switch to an unrelated topic)?\n\n"
+        f"First part:\n{previous}\n\nSecond part:\n{current}\n\n"
+        "Answer with one word: true if it continues, false if the topic changes."
     )
 
 
 def meta_prompt(previous_meta: str, current: str) -> str:
-    """Extend a thread's running summary by one page (authors' ``generate_page_meta_info``)."""
+    """Start or extend a chain's running summary (authors' ``generate_page_meta_info``).
+
+    A chain's first page gets a plain summary request: shown a previous
+    summary of "None", as the authors' prompt does, the 0.5B stand-in
+    answers "None".
+    """
+    if not previous_meta:
+        return (
+            "Summarise the conversation exchange below in one or two sentences: who talks about what.\n\n"
+            f"Exchange:\n{current}\n\nOutput only the summary."
+        )
     return (
         "You keep a short running summary of one conversation thread.\n"
-        f"Summary so far: {previous_meta or 'None'}\n\nNew exchange:\n{current}\n\n"
+        f"Summary so far: {previous_meta}\n\nNew exchange:\n{current}\n\n"
         "Write the updated summary of the thread in one or two sentences: keep what still matters from the "
         "summary so far and add what the new exchange says. Output only the summary."
     )
@@ -106,9 +121,14 @@ def parse_bool(text: str) -> bool | None:
     return None if match is None else match.group(1).lower() in ("true", "yes")
 
 
+_LABEL = re.compile(r"^(updated |new )?(meta[- ]?)?summary( so far)?\s*:\s*", re.IGNORECASE)
+
+
 def clean_text(text: str) -> str:
-    """Free text without surrounding whitespace or quotes."""
-    return (text or "").strip().strip("\"'`").strip()
+    """Free text without surrounding whitespace, quotes or a leading "Summary:" label;
+    "" for an answer that only says "none"."""
+    text = _LABEL.sub("", (text or "").strip()).strip().strip("\"'`").strip()
+    return "" if text.lower().rstrip(".") in ("none", "n/a") else text
 
 
 def normalise_keywords(raw: Any) -> list[str]:
