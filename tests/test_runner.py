@@ -141,3 +141,21 @@ def test_bad_data_file_gives_one_line_error(tmp_path, data_dir, damage):
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and "locomo10.json" in errors[0]
+
+
+def test_concurrent_episodes_match_sequential(tmp_path):
+    """Two HotpotQA memories side by side give the sequential run's predictions."""
+    common = ["method=rag", "dataset=hotpotqa", "scale=demo", "runner.progress=false"]
+    runs = {}
+    for workers in (1, 2):
+        run_dir = run_with_overrides(
+            [
+                *common,
+                f"runner.concurrent_episodes={workers}",
+                f"run_dir={tmp_path / str(workers)}",
+                f"cache.path={tmp_path / f'cache{workers}.sqlite'}",
+            ]
+        )
+        runs[workers] = {r["question_id"]: (r["prediction"], r["retrieved_ids"]) for r in read_rows(run_dir)}
+    assert len(runs[1]) == 2
+    assert runs[2] == runs[1]
