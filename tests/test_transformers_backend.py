@@ -1,0 +1,180 @@
+"""The transformers backend: batching helpers, seeded sampling, identity, and one real model.
+
+The model tests load the shipped SmolLM2-135M GGUF once, in float32: it is
+the smallest real model here, and in float32 a left-padded batch gives the
+same greedy tokens as one prompt at a time (in bfloat16 a near-tie can flip
+after a dozen tokens, which is numerics, not a batching bug).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from clag.llm.base import GenerationConfig
+from clag.llm.transformers_backend import (
+    ModelSource,
+    SeededSampler,
+    TransformersBackend,
+    file_sha256,
+    length_sorted_batches,
+    row_seed,
+    strip_think,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>\nlet me see\n</think>\n\nParis", "Paris"),
+        ("<think></think>Paris", "Paris"),
+        ("Paris<think>extra</think> and Rome", "Paris and Rome"),
+        ("<think>cut off by max_new_tokens", ""),
+        ("Paris", "Paris"),
+    ],
+)
+def test_strip_think(text: str, expected: str) -> None:
+    assert strip_think(text) == expected
+
+
+def test_length_sorted_batches_cover_every_index_longest_first() -> None:
+    lengths = [5, 9, 1, 9, 3, 7, 2]
+    batches = length_sorted_batches(lengths, 3)
+    assert batches == [[1, 3, 5], [0, 4, 6], [2]]  # ties keep the caller's order
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    assert length_sorted_batches([4, 4], 8) == [[0, 1]]
+
+
+def test_row_seed_is_a_function_of_seed_and_prompt() -> None:
+    assert row_seed(1, "a") == row_seed(1, "a")
+    assert len({row_seed(1, "a"), row_seed(2, "a"), row_seed(1, "b")}) == 3
+    assert 0 <= row_seed(1, "a") < 2**63
+    assert row_seed(None, "a") != row_seed(None, "a")  # unseeded: fresh randomness
+
+
+def test_seeded_sampler_rows_do_not_depend_on_their_batch() -> None:
+    logits = torch.randn(3, 50)
+    together = SeededSampler(1.0, 1.0, [7, 8, 9])(None, logits).argmax(-1)
+    alone = SeededSampler(1.0, 1.0, [8])(None, logits[1:2]).argmax(-1)
+    assert together[1] == alone[0]
+
+
+def test_seeded_sampler_samples_the_softmax() -> None:
+    logits = torch.tensor([[0.0, torch.log(torch.tensor(3.0))]])  # p = 0.25, 0.75
+    picks = [int(SeededSampler(1.0, 1.0, [seed])(None, logits).argmax()) for seed in range(2000)]
+    assert abs(sum(picks) / len(picks) - 0.75) < 0.04
+
+
+def test_seeded_sampler_top_p_keeps_the_nucleus_only() -> None:
+    logits = torch.tensor([[5.0, 4.0, 0.0, -1.0]])  # the first two hold ~98% of the mass
+    picks = {int(SeededSampler(1.0, 0.9, [seed])(None, logits).argmax()) for seed in range(300)}
+    assert picks == {0, 1}
+    assert {int(SeededSampler(1.0, 0.01, [s])(None, logits).argmax()) for s in range(50)} == {0}
+
+
+def test_file_sha256_is_memoised_and_refreshed_when_the_file_changes(tmp_path: Path) -> None:
+    weights = tmp_path / "m.gguf"
+    weights.write_bytes(b"abc")
+    expected = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert file_sha256(weights) == expected
+    sidecar = tmp_path / "m.gguf.sha256"
+    assert sidecar.read_text().split()[0] == expected
+    stat = weights.stat()
+    sidecar.write_text(f"{'0' * 64} {stat.st_size} {stat.st_mtime_ns}\n")
+    assert file_sha256(weights) == "0" * 64  # read from the sidecar, not recomputed
+    weights.write_bytes(b"abcd")
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert file_sha256(weights) == "88d4266fd4e6338d13b845fcf289579d209c897823b9217da3e161936f031589"
+
+
+def test_model_source_resolution(tmp_path: Path) -> None:
+    weights = tmp_path / "tiny.gguf"
+    weights.write_bytes(b"x")
+    assert ModelSource.resolve(str(weights)) == ModelSource(str(tmp_path), "tiny.gguf")
+    assert ModelSource.resolve("Qwen/Qwen3-0.6B") == ModelSource("Qwen/Qwen3-0.6B")
+    hub = ModelSource.resolve("Qwen/Qwen3-0.6B").fingerprint("abc123")
+    assert hub == {"model": "Qwen/Qwen3-0.6B", "gguf_file": None, "revision": "abc123"}
+    gguf = ModelSource.resolve(str(weights)).fingerprint(None)
+    assert gguf["model"] == "tiny.gguf" and len(gguf["weights_sha256"]) == 64 and str(tmp_path) not in json.dumps(gguf)
+    with pytest.raises(FileNotFoundError, match="missing.gguf"):
+        ModelSource.resolve(str(tmp_path / "missing.gguf"))
+
+
+def test_bad_arguments_fail_early() -> None:
+    with pytest.raises(ValueError, match="prompt_format"):
+        TransformersBackend("Qwen/Qwen3-0.6B", prompt_format="jinja")
+    with pytest.raises(ValueError, match="batch_size"):
+        TransformersBackend("Qwen/Qwen3-0.6B", batch_size=0)
+
+
+# -- the real (smallest) model ---------------------------------------------------------
+
+PROMPTS = [
+    "What is the capital of France? Answer in one word.",
+    "Name three primary colors.",
+    "Write a haiku about the sea, then explain it in two sentences.",
+]
+
+
+@pytest.fixture(scope="module")
+def small() -> TransformersBackend:
+    backend = TransformersBackend("offline:smollm2-135m", dtype="float32", batch_size=8)
+    backend.generate(["Hi"], GenerationConfig(max_new_tokens=1))  # load once for the module
+    return backend
+
+
+@pytest.mark.model
+def test_batched_greedy_equals_one_at_a_time_in_order(small: TransformersBackend) -> None:
+    config = GenerationConfig(max_new_tokens=16)
+    batched = small.generate(PROMPTS, config)
+    single = [small.generate([prompt], config)[0] for prompt in PROMPTS]
+    assert [c.text for c in batched] == [c.text for c in single]
+    assert "Paris" in batched[0].text  # order kept: the first answer is the first question's
+    assert all(0 < c.completion_tokens <= 16 for c in batched)
+    assert [c.prompt_tokens for c in batched] == [c.prompt_tokens for c in single]  # padding not counted
+    small.batch_size = 2  # two batches of uneven length, same answers
+    try:
+        assert [c.text for c in small.generate(PROMPTS, config)] == [c.text for c in batched]
+    finally:
+        small.batch_size = 8
+
+
+@pytest.mark.model
+def test_seeded_sampling_repeats_and_ignores_the_batch(small: TransformersBackend) -> None:
+    config = GenerationConfig(max_new_tokens=12, temperature=0.9, seed=4)
+    together = small.generate(PROMPTS, config)
+    alone = small.generate(PROMPTS[2:], config)
+    assert together[2].text == alone[0].text
+    other_seed = small.generate(PROMPTS, GenerationConfig(max_new_tokens=12, temperature=0.9, seed=5))
+    assert [c.text for c in other_seed] != [c.text for c in together]
+
+
+@pytest.mark.model
+def test_identity_is_stable_and_complete(small: TransformersBackend) -> None:
+    identity = small.identity()
+    again = TransformersBackend("offline:smollm2-135m", dtype="float32").identity()
+    assert identity == again
+    assert identity["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert len(identity["weights_sha256"]) == 64 and len(identity["chat_template_sha256"]) == 64
+    assert (identity["dtype"], identity["prompt_format"], identity["enable_thinking"]) == ("float32", "chat", False)
+    raw = TransformersBackend("offline:smollm2-135m", dtype="float32", prompt_format="raw").identity()
+    assert raw["chat_template_sha256"] is None and raw != identity
+
+
+@pytest.mark.model
+def test_schema_constrained_output_is_valid_json(small: TransformersBackend) -> None:
+    pytest.importorskip("xgrammar")
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+        "required": ["answer"],
+    }
+    [completion] = small.generate(
+        ["Is Paris in France? Reply in JSON."], GenerationConfig(max_new_tokens=24, json_schema=schema)
+    )
+    assert json.loads(completion.text)["answer"] in ("yes", "no")
+    assert small.identity()["constrained"].startswith("xgrammar==")
