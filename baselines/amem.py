@@ -44,6 +44,8 @@ class AMemMemory(MemoryBase):
         strict_links: Keep only links to the neighbours shown (see :mod:`clag.memory.agentic`).
     """
 
+    retrieval_params = frozenset({"retrieve_k"})  # shapes retrieval only (clag.runner.ingestion_key)
+
     def __init__(
         self,
         llm: LLMClient,

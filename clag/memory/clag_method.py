@@ -171,6 +171,10 @@ class ClagMemory(MemoryBase):
         seed: K-Means ``random_state`` (the code: 42).
     """
 
+    # Parameters that only shape retrieval: runs differing only in these share one
+    # ingested memory snapshot (clag.runner.ingestion_key).
+    retrieval_params = frozenset({"retrieve_k", "retrieval", "pick_fallback", "merge"})
+
     def __init__(
         self,
         llm: LLMClient,
@@ -246,15 +250,15 @@ class ClagMemory(MemoryBase):
     def _ingest(self, note: Note) -> None:
         core, p = self.core, self.params
         routed: str | None = None
-        routed_doc = note.document()
+        pre_doc = note.document()
         route_vector: np.ndarray | None = None
         if self.clusters:
-            route_vector = core.embed(routed_doc)
+            route_vector = core.embed(pre_doc)
             routed = self._route(note, route_vector)
         scope = self.clusters.clusters[routed].members if routed and p["evolution_scope"] == "local" else None
         evolved = core.evolve(note, core.search(core.embed(note.content), p["k_local"], scope))
         # The stored vector reflects the note after its own evolution (which may rewrite its tags).
-        unchanged = route_vector is not None and note.document() == routed_doc
+        unchanged = route_vector is not None and note.document() == pre_doc
         vector = route_vector if unchanged else core.embed(note.document())
         core.commit(note, vector)
         if routed is not None:
@@ -263,8 +267,11 @@ class ClagMemory(MemoryBase):
             self._open_cluster(note, vector)
         if self._consolidation_due(evolved):
             self.consolidate()
-        if not self.clusters and len(core) >= p["buffer_size"]:
+        if self._cold_start_due():
             self.clusters.cold_start(p["n_init"])
+
+    def _cold_start_due(self) -> bool:
+        return not self.clusters and len(self.core) >= max(1, self.params["buffer_size"])
 
     def _consolidation_due(self, evolved: bool) -> bool:
         every = self.params["consolidate_every"]
@@ -278,7 +285,7 @@ class ClagMemory(MemoryBase):
             self.clusters.write_profiles([cid])
 
     def finish_ingestion(self) -> None:
-        if not self.clusters and len(self.core) >= self.params["buffer_size"]:
+        if self._cold_start_due():
             self.clusters.cold_start(self.params["n_init"])
         self.consolidate()
 

@@ -219,7 +219,7 @@ class ClusterSet:
     def split_large(self, tau_split: int) -> list[str]:
         """Split every cluster with more than ``tau_split`` members in two (K-Means k=2)."""
         created = []
-        for cid in [c for c, cluster in self.clusters.items() if len(cluster.members) > tau_split]:
+        for cid in [c for c, cluster in self.clusters.items() if len(cluster.members) > max(tau_split, 1)]:
             members = self.clusters[cid].members
             labels, centres = kmeans(self.core.vectors(members), 2, self.seed)
             parts = []
