@@ -11,12 +11,15 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_dir
 from test_agentic_core import Script, client, no_evolution, one_thread_embedder, topic_items
 
 from clag.embed import Embedder
 from clag.llm.client import UsageMeter
 from clag.memory.base import MemorySystem
 from clag.memory.clag_method import ClagMemory, match_candidate
+from clag.run import CONFIG_DIR
+from clag.runner import ingestion_key
 from clag.types import Question
 
 
@@ -340,3 +343,15 @@ def test_evolution_links_and_rewrites_inside_the_cluster(embedder):
     assert note.links and set(note.links) <= set(routed.members)
     assert memory.core.notes[note.links[0]].tags == ["rewritten"]
     assert memory.consolidations == 1  # at evolutions 3 (before the cold start: a no-op) and 6
+
+
+def test_retrieval_only_variants_share_the_ingested_snapshot():
+    def key(*overrides: str) -> str:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return ingestion_key(compose(config_name="config", overrides=["method=clag", *overrides]))
+
+    base = key()
+    assert key("method.system.retrieval=global") == base
+    assert key("method.system.merge=per_cluster", "method.system.retrieve_k=5") == base
+    assert key("method.system.tau=0.2") != base
+    assert key("method.system.evolution_scope=global") != base
