@@ -16,14 +16,15 @@ import pytest
 import torch
 
 from clag.llm.base import GenerationConfig
+from clag.llm.json_parse import strip_think
 from clag.llm.transformers_backend import (
     ModelSource,
+    PromptRepetitionPenalty,
     SeededSampler,
     TransformersBackend,
     file_sha256,
     length_sorted_batches,
     row_seed,
-    strip_think,
 )
 
 
@@ -74,6 +75,14 @@ def test_seeded_sampler_top_p_keeps_the_nucleus_only() -> None:
     picks = {int(SeededSampler(1.0, 0.9, [seed])(None, logits).argmax()) for seed in range(300)}
     assert picks == {0, 1}
     assert {int(SeededSampler(1.0, 0.01, [s])(None, logits).argmax()) for s in range(50)} == {0}
+
+
+def test_repetition_penalty_ignores_left_padding() -> None:
+    pad = 0
+    scores = torch.tensor([[2.0, 1.0, -1.0, 0.5], [2.0, 1.0, -1.0, 0.5]])
+    input_ids = torch.tensor([[pad, pad, 1, 2], [1, 2, 2, 2]])  # row 0 is padded; both prompts hold ids 1 and 2
+    penalised = PromptRepetitionPenalty(2.0, [2, 0])(input_ids, scores.clone())
+    assert penalised.tolist() == [[2.0, 0.5, -2.0, 0.5]] * 2  # the pad id 0 is not penalised
 
 
 def test_file_sha256_is_memoised_and_refreshed_when_the_file_changes(tmp_path: Path) -> None:
@@ -129,7 +138,7 @@ def small() -> TransformersBackend:
 
 @pytest.mark.model
 def test_batched_greedy_equals_one_at_a_time_in_order(small: TransformersBackend) -> None:
-    config = GenerationConfig(max_new_tokens=16)
+    config = GenerationConfig(max_new_tokens=16, repetition_penalty=1.1)  # the configs' default penalty
     batched = small.generate(PROMPTS, config)
     single = [small.generate([prompt], config)[0] for prompt in PROMPTS]
     assert [c.text for c in batched] == [c.text for c in single]

@@ -31,6 +31,15 @@ _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
 
+def strip_think(text: str) -> str:
+    """Drop ``<think>...</think>`` blocks (and a cut-off one) from a completion.
+
+    Every backend applies it (Qwen3 may think even with thinking off), and
+    the parser again, for text that comes from elsewhere.
+    """
+    return _THINK.sub("", text or "").strip()
+
+
 def is_placeholder(value: Any) -> bool:
     """True for empty strings and echoed template placeholders."""
     if isinstance(value, str):
@@ -95,7 +104,7 @@ def parse_json_object(text: str, schema: Mapping[str, Any] | None = None) -> dic
     required list may hold placeholders only (an empty list is an answer,
     e.g. no cluster picked).
     """
-    text = _THINK.sub("", text or "").strip()
+    text = strip_think(text)
     try:
         value = json_repair.loads(text)
     except Exception:  # json_repair raises on pathological input only

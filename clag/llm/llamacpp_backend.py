@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from clag.llm.base import Completion, GenerationConfig
-from clag.llm.transformers_backend import ModelSource, file_sha256, row_seed, strip_think
+from clag.llm.json_parse import strip_think
+from clag.llm.transformers_backend import ModelSource, file_sha256, row_seed
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from clag.llm.base import Completion, GenerationConfig
-from clag.llm.transformers_backend import strip_think
+from clag.llm.json_parse import strip_think
 
 log = logging.getLogger(__name__)
 

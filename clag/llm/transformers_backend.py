@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import secrets
 import shutil
 import tempfile
@@ -40,19 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from clag.llm.base import Completion, GenerationConfig
+from clag.llm.json_parse import strip_think
 
 log = logging.getLogger(__name__)
 
-_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 # Chat end-of-turn markers of common templates, used as stop ids when the
 # tokenizer knows them (the GGUF Qwen tokenizer names only <|im_end|> as eos,
 # while the model may also end with <|endoftext|>).
 _END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
-
-
-def strip_think(text: str) -> str:
-    """Drop ``<think>...</think>`` blocks (and a cut-off one) from a completion."""
-    return _THINK.sub("", text).strip()
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -257,6 +251,29 @@ class SeededSampler:
         return scores - exponential.clamp_min(1e-20).log().to(scores.device)
 
 
+class PromptRepetitionPenalty:
+    """transformers' repetition penalty, blind to the left padding of a batch.
+
+    The stock processor penalises every id in ``input_ids``, padding
+    included, so a batched prompt would see its pad (often an end-of-text
+    id) penalised and an unbatched one not; this one starts each row where
+    its prompt starts, so batching does not change the penalty.
+    """
+
+    def __init__(self, penalty: float, starts: Sequence[int]) -> None:
+        self.penalty = penalty
+        self.starts = list(starts)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for row, start in enumerate(self.starts):
+            ids = input_ids[row, start:]
+            picked = scores[row].gather(0, ids)
+            scores[row].scatter_(0, ids, torch.where(picked < 0, picked * self.penalty, picked / self.penalty))
+        return scores
+
+
 class TransformersBackend:
     """Batched generation with a local transformers model.
 
@@ -433,6 +450,8 @@ class TransformersBackend:
             attention[row, width - len(ids) :] = 1
 
         processors = LogitsProcessorList()
+        if config.repetition_penalty != 1.0:
+            processors.append(PromptRepetitionPenalty(config.repetition_penalty, [width - len(ids) for ids in encoded]))
         if config.json_schema and _constrained_library():
             processors.append(self._grammar(loaded, config.json_schema, stop_ids))
         if config.temperature > 0:  # after the grammar mask, so the nucleus is taken over allowed tokens
@@ -440,7 +459,7 @@ class TransformersBackend:
         settings = HFGenerationConfig(
             max_new_tokens=config.max_new_tokens,
             do_sample=False,
-            repetition_penalty=config.repetition_penalty,
+            repetition_penalty=1.0,  # ours above; set so the model's generation_config cannot add its own
             eos_token_id=stop_ids,
             pad_token_id=pad,
         )
