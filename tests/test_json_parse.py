@@ -81,6 +81,22 @@ def test_placeholder_items_are_dropped_when_real_ones_remain() -> None:
     assert value is not None and value["keywords"] == ["Paris"]
 
 
+def test_enum_members_are_answers_even_when_they_look_like_placeholders() -> None:
+    route = {
+        "type": "object",
+        "properties": {
+            "choice": {"type": "string", "enum": ["topic_1", "topic_2"]},
+            "also": {"type": "array", "items": {"type": "string", "enum": ["topic_1", "topic_2"]}},
+        },
+        "required": ["choice", "also"],
+    }
+    assert parse_json_object('{"choice": "topic_2", "also": ["topic_1", "tag_1"]}', route) == {
+        "choice": "topic_2",
+        "also": ["topic_1"],
+    }
+    assert parse_json_object('{"choice": "tag_1", "also": ["topic_1"]}', route) is None
+
+
 def test_comma_separated_string_becomes_a_list() -> None:
     value = parse_json_object('{"keywords": "Paris, trip; museum", "context": "A trip.", "tags": ["travel"]}', NOTE)
     assert value is not None and value["keywords"] == ["Paris", "trip", "museum"]

@@ -50,6 +50,14 @@ def is_placeholder(value: Any) -> bool:
     return False
 
 
+def _echoed(field: Any, spec: Mapping[str, Any]) -> bool:
+    """A placeholder echo, unless the schema lists the value in an ``enum`` (then it is an answer)."""
+    if isinstance(field, list):
+        items = spec.get("items", {})
+        return bool(field) and all(_echoed(item, items) for item in field)
+    return field not in spec.get("enum", ()) and is_placeholder(field)
+
+
 def _coerce(field: Any, spec: Mapping[str, Any]) -> Any:
     """``field`` converted to the declared type where that keeps its meaning, else unchanged."""
     kind = spec.get("type")
@@ -63,7 +71,7 @@ def _coerce(field: Any, spec: Mapping[str, Any]) -> Any:
         if isinstance(field, str):
             field = [part.strip() for part in re.split(r"[,;]", field) if part.strip()]
         if isinstance(field, list):
-            real = [item for item in field if not is_placeholder(item)]
+            real = [item for item in field if not _echoed(item, spec["items"])]
             return real if real else field
     return field
 
@@ -88,7 +96,7 @@ def _validate(value: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any
         field = value[name]
         if not _is_type(field, properties.get(name, {}).get("type")):
             return None
-        if isinstance(field, (str, list)) and is_placeholder(field):
+        if isinstance(field, (str, list)) and _echoed(field, properties.get(name, {})):
             return None
     return value
 

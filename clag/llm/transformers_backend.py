@@ -407,7 +407,8 @@ class TransformersBackend:
         return sorted(i for i in ids if i is not None)
 
     def _grammar(self, loaded: LoadedModel, schema: dict[str, Any], stop_ids: list[int]) -> Any:
-        """A fresh xgrammar logits processor for ``schema`` (one per generate call)."""
+        """A fresh xgrammar logits processor for ``schema`` (one per generate call), or
+        ``None`` when xgrammar cannot compile the schema (the call then runs unconstrained)."""
         import xgrammar
         from xgrammar.contrib.hf import LogitsProcessor
 
@@ -416,7 +417,13 @@ class TransformersBackend:
                 loaded.tokenizer, vocab_size=loaded.model.config.vocab_size, stop_token_ids=stop_ids
             )
             loaded.grammar_compiler = xgrammar.GrammarCompiler(info)
-        return LogitsProcessor(loaded.grammar_compiler.compile_json_schema(json.dumps(schema, sort_keys=True)))
+        try:
+            # key order kept: properties are generated in the schema's order ("reason" before "choice")
+            grammar = loaded.grammar_compiler.compile_json_schema(json.dumps(schema))
+        except (RuntimeError, ValueError) as err:
+            log.warning("xgrammar cannot compile a schema (%s); generating unconstrained", err)
+            return None
+        return LogitsProcessor(grammar)
 
     def generate(self, prompts: Sequence[str], config: GenerationConfig) -> list[Completion]:
         """One completion per prompt, in order; batched by length."""
@@ -453,7 +460,8 @@ class TransformersBackend:
         if config.repetition_penalty != 1.0:
             processors.append(PromptRepetitionPenalty(config.repetition_penalty, [width - len(ids) for ids in encoded]))
         if config.json_schema and _constrained_library():
-            processors.append(self._grammar(loaded, config.json_schema, stop_ids))
+            if (grammar := self._grammar(loaded, config.json_schema, stop_ids)) is not None:
+                processors.append(grammar)
         if config.temperature > 0:  # after the grammar mask, so the nucleus is taken over allowed tokens
             processors.append(SeededSampler(config.temperature, config.top_p, seeds))
         settings = HFGenerationConfig(
