@@ -185,6 +185,7 @@ class LoadedModel:
     tokenizer: Any
     dtype: str
     model: Any = None
+    stop_ids: list[int] | None = None
     grammar_compiler: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -399,12 +400,14 @@ class TransformersBackend:
     @staticmethod
     def _stop_ids(loaded: LoadedModel) -> list[int]:
         """End-of-sequence ids from the generation config, the tokenizer and its chat markers."""
-        configured = loaded.model.generation_config.eos_token_id
-        ids = set(configured if isinstance(configured, list) else [configured])
-        ids.add(loaded.tokenizer.eos_token_id)
-        vocab = loaded.tokenizer.get_vocab()
-        ids.update(vocab[marker] for marker in _END_MARKERS if marker in vocab)
-        return sorted(i for i in ids if i is not None)
+        if loaded.stop_ids is None:
+            configured = loaded.model.generation_config.eos_token_id
+            ids = set(configured if isinstance(configured, list) else [configured])
+            ids.add(loaded.tokenizer.eos_token_id)
+            vocab = loaded.tokenizer.get_vocab()
+            ids.update(vocab[marker] for marker in _END_MARKERS if marker in vocab)
+            loaded.stop_ids = sorted(i for i in ids if i is not None)
+        return loaded.stop_ids
 
     def _grammar(self, loaded: LoadedModel, schema: dict[str, Any], stop_ids: list[int]) -> Any:
         """A fresh xgrammar logits processor for ``schema`` (one per generate call), or
