@@ -35,6 +35,7 @@ TOPICS = {
 
 CONTINUITY = "continue the same conversation thread"
 META = ("running summary", "Summarise the conversation exchange")
+PROFILE = ("Write a short profile", "updated profile")
 
 
 def _topic_of(text: str) -> str | None:
@@ -52,7 +53,7 @@ def scripted(prompt: str, _config) -> str:
         key = _topic_of(prompt.split("Excerpt:")[1]) or "paint"
         theme, keywords, summary = TOPICS[key]
         return json.dumps({"topics": [{"theme": theme, "keywords": keywords, "summary": summary}]})
-    if "updated profile" in prompt:
+    if any(marker in prompt for marker in PROFILE):
         return "Caroline is a curious, warm person who paints landscapes and enjoys art classes."
     if '"user_facts"' in prompt:
         return json.dumps({"user_facts": ["Caroline paints landscapes.", "none"],
@@ -89,7 +90,7 @@ def stages(backend: ScriptedBackend) -> dict[str, int]:
     out: dict[str, int] = {}
     for prompt, _ in backend.calls:
         kind = next(k for k, marker in (("continuity", CONTINUITY), ("meta", META[0]), ("meta", META[1]),
-                                        ("summary", '"topics"'), ("profile", "updated profile"),
+                                        ("summary", '"topics"'), ("profile", PROFILE[0]), ("profile", PROFILE[1]),
                                         ("facts", '"user_facts"'), ("keywords", "keywords")) if marker in prompt)
         out[kind] = out.get(kind, 0) + 1
     return out
@@ -240,9 +241,14 @@ def test_hot_segment_is_promoted_to_long_term_and_its_heat_resets(embedder):
     assert list(memory.assistant_facts.facts.values()) == ["Melanie went hiking in May 2023."]
     assert stages(backend)["profile"] == 1 and stages(backend)["facts"] == 1
     assert memory.describe()["llm_requests"]["long_term"] == {"profile": 1, "facts": 1}
-    # After the reset the segment needs new pages to get hot again.
+    # After the reset the segment needs four new pages to get hot again; the profile is then rewritten.
     memory.add_many(pair(6, "painting"))
     assert memory.describe()["promotions"] == 1
+    memory.add_many([item for n in range(7, 10) for item in pair(n, "painting")])
+    assert memory.describe()["promotions"] == 2 and len(segment.analyzed) == 8
+    first, second = (p for p, _ in backend.calls if any(marker in p for marker in PROFILE))
+    assert "Current profile" not in first and "(1:56 pm on 8 May, 2023) Caroline: I keep thinking" in first
+    assert "Current profile:\nCaroline is a curious" in second
 
 
 def test_recency_decays_with_item_timestamps_not_the_wall_clock(embedder):

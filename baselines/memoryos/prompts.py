@@ -90,13 +90,23 @@ def summary_prompt(text: str, max_topics: int) -> str:
 
 
 def profile_prompt(profile: str, conversation: str, user: str) -> str:
-    """Rewrite the user profile from hot pages (authors' ``gpt_user_profile_analysis``)."""
+    """Write or rewrite the user profile from hot pages (authors' ``gpt_user_profile_analysis``).
+
+    With no profile yet the prompt asks for a fresh one: shown an empty
+    "current profile", the 0.5B stand-in copies that placeholder back.
+    """
+    if not profile:
+        return (
+            f"Write a short profile of {user} from the conversation excerpts below (with their dates): the "
+            f"personality traits, interests, habits and preferences that {user} shows.\n"
+            f"Output only the profile text.\n\nConversation:\n{conversation}"
+        )
     return (
         f"Below are the current profile of {user} and new conversation excerpts with their dates.\n"
         f"Write the complete updated profile of {user}: keep what is still valid, add the personality traits, "
         "interests, habits and preferences the excerpts show, and let newer evidence win over older.\n"
         "Output only the profile text.\n\n"
-        f"Current profile:\n{profile or 'No profile yet.'}\n\nConversation:\n{conversation}"
+        f"Current profile:\n{profile}\n\nConversation:\n{conversation}"
     )
 
 

@@ -196,7 +196,7 @@ class MemoryOSMemory(MemoryBase):
         self.fallbacks: Counter[str] = Counter()
 
     def item_tiers(self) -> dict[str, str]:
-        """Where every ingested item is: ``short_term``, ``mid_term`` or ``evicted`` (with its segment)."""
+        """Where every ingested item is: ``short_term``, ``mid_term`` or ``evicted`` (its segment left)."""
         tiers = {item_id: "evicted" for item_id in self.evicted_items}
         in_mid = {pid for segment in self.segments.values() for pid in segment.page_ids}
         for page in self.pages.values():
