@@ -144,8 +144,12 @@ def test_bad_data_file_gives_one_line_error(tmp_path, data_dir, damage):
 
 
 def test_concurrent_episodes_match_sequential(tmp_path):
-    """Two HotpotQA memories side by side give the sequential run's predictions."""
-    common = ["method=rag", "dataset=hotpotqa", "scale=demo", "runner.progress=false"]
+    """Two HotpotQA memories side by side give the sequential run's predictions.
+
+    In float32: bf16 matmuls of a padded batch round differently from a single
+    sequence, which can flip a near-tie greedy token (see README, Throughput).
+    """
+    common = ["method=rag", "dataset=hotpotqa", "scale=demo", "runner.progress=false", "model.backend.dtype=float32"]
     runs = {}
     for workers in (1, 2):
         run_dir = run_with_overrides(
