@@ -194,3 +194,20 @@ def test_behind_the_client_a_rerun_is_served_from_the_cache(server: ScriptedServ
     again = LLMClient(backend(server.url), CallCache(tmp_path / "c.sqlite")).generate(["a", "b"], stage="answer")
     assert first == again == ["reply:a", "reply:b"]
     assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("name", ["openai", "authors_sglang"])
+def test_model_configs_instantiate_to_json_ready_backends(name: str, server: ScriptedServer) -> None:
+    from pathlib import Path
+
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.load(Path(__file__).parent.parent / "configs" / "model" / f"{name}.yaml")
+    config.backend.base_url = server.url
+    made = instantiate(config.backend)
+    json.dumps(made.identity())  # part of every cache key
+    generation = GenerationConfig(**OmegaConf.to_container(config.generation))
+    [completion] = made.generate(["q"], generation)
+    assert completion.text == "reply:q"
+    assert server.requests[0]["path"] == ("/v1/completions" if name == "authors_sglang" else "/v1/chat/completions")
