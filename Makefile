@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 export CLAG_DATA_DIR ?= $(abspath ../shared/data)
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
+# Episodes ingested side by side by `make reproduce` (their LLM calls share GPU batches)
+EPISODES_IN_PARALLEL ?= 10
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo test test-fast lint run tables bench reproduce notebook clean
@@ -48,7 +50,11 @@ bench: install ## Throughput benchmark into results/bench/
 	$(PY) scripts/bench.py
 
 reproduce: install ## The paper's full protocol on Qwen3 (GPU + network); resumable
-	$(PY) -m clag.run -m experiment=reproduce
+	for e in table1 table2 table5 table7 table9 table10; do \
+		$(PY) -m clag.run -m experiment=$$e model=qwen3-0.6b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) || exit 1; \
+	done
+	$(PY) -m clag.run -m experiment=table1 model=qwen3-1.7b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL)
+	$(PY) -m clag.run -m experiment=table6 runner.concurrent_episodes=$(EPISODES_IN_PARALLEL)
 	$(MAKE) tables
 
 notebook: install ## Execute notebooks/analysis.ipynb in place
