@@ -50,9 +50,10 @@ bench: install ## Throughput benchmark into results/bench/
 	$(PY) scripts/bench.py
 
 reproduce: install ## The paper's full protocol on Qwen3 (GPU + network); resumable
-	for e in table1 table2 table5 table7 table9 table10; do \
+	for e in table1 table5 table7 table9 table10; do \
 		$(PY) -m clag.run -m experiment=$$e model=qwen3-0.6b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) || exit 1; \
 	done
+	$(PY) -m clag.run -m experiment=table2 model=qwen3-0.6b   # latency: one episode and one question at a time
 	$(PY) -m clag.run -m experiment=table1 model=qwen3-1.7b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL)
 	$(PY) -m clag.run -m experiment=table6 runner.concurrent_episodes=$(EPISODES_IN_PARALLEL)
 	$(MAKE) tables
