@@ -19,7 +19,7 @@ SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "enum": 
 @pytest.mark.parametrize("prompt_format", ["chat", "raw"])
 def test_greedy_in_order_and_constrained_json(prompt_format: str) -> None:
     backend = LlamaCppBackend("offline:smollm2-135m", prompt_format=prompt_format, n_ctx=1024)
-    prompts = ["What is the capital of France? Answer in one word.", "Name three primary colors."]
+    prompts = ["The capital of France is", "The three primary colors are"]  # a raw prompt must invite a continuation
     first = backend.generate(prompts, GenerationConfig(max_new_tokens=12))
     again = backend.generate(prompts[::-1], GenerationConfig(max_new_tokens=12))
     assert [c.text for c in first] == [c.text for c in again[::-1]]  # greedy, order kept

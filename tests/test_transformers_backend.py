@@ -142,7 +142,7 @@ def test_batched_greedy_equals_one_at_a_time_in_order(small: TransformersBackend
     batched = small.generate(PROMPTS, config)
     single = [small.generate([prompt], config)[0] for prompt in PROMPTS]
     assert [c.text for c in batched] == [c.text for c in single]
-    assert "Paris" in batched[0].text  # order kept: the first answer is the first question's
+    assert len({c.text for c in batched}) == 3  # three different answers, each at its prompt's place
     assert all(0 < c.completion_tokens <= 16 for c in batched)
     assert [c.prompt_tokens for c in batched] == [c.prompt_tokens for c in single]  # padding not counted
     small.batch_size = 2  # two batches of uneven length, same answers
