@@ -1,0 +1,170 @@
+"""The benchmark's pure parts with tiny sizes: targets, throughput bookkeeping,
+the timing proxy, synthetic search, run summaries and the written report.
+
+No timed assertions: timings are only checked to be measured (positive).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scripted_llm import ScriptedBackend
+
+from clag import bench, runner
+from clag.llm.base import GenerationConfig
+
+
+def echo_backend(words: int = 5) -> ScriptedBackend:
+    return ScriptedBackend(lambda prompt, config: " ".join(["w"] * min(words, config.max_new_tokens)))
+
+
+def test_target_verdicts_say_by_how_much() -> None:
+    more = bench.Target("ratio", 3.0, higher_is_better=True)
+    less = bench.Target("share", 0.1, higher_is_better=False)
+    assert more.verdict(3.0) == "hit" and less.verdict(0.1) == "hit"
+    assert more.verdict(1.5) == "missed by 2.00x"
+    assert less.verdict(0.25) == "missed by 2.50x"
+    assert more.verdict(0.0) == "missed (measured 0)"
+    assert more.verdict(None) == less.verdict(math.nan) == "not measured"
+    assert more.describe() == ">= 3" and less.describe() == "<= 0.1"
+
+
+def test_llm_throughput_sends_each_batch_size_and_counts_completion_tokens() -> None:
+    backend = echo_backend(words=4)
+    rows = bench.llm_throughput(backend, GenerationConfig(max_new_tokens=8), ["a", "b", "c", "d", "e"], (1, 2, 4))
+    # one untimed warm-up call, then 5 + 3 + 2 calls
+    assert len(backend.calls) == 1 + 5 + 5 + 5
+    assert [row["batch"] for row in rows] == [1, 2, 4]
+    assert all(row["completion_tokens"] == 5 * 4 and row["tokens_per_s"] > 0 for row in rows)
+    assert rows[0]["vs_batch1"] == 1.0
+    assert bench.chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
+
+
+def test_timed_backend_adds_up_calls_and_delegates() -> None:
+    inner = echo_backend(words=3)
+    inner.extra = "delegated"  # type: ignore[attr-defined]
+    timed = bench.TimedBackend(inner)
+    timed.generate(["x", "y"], GenerationConfig(max_new_tokens=4))
+    timed.generate(["z"], GenerationConfig(max_new_tokens=4))
+    assert (timed.calls, timed.prompts, timed.completion_tokens) == (2, 3, 9)
+    assert timed.seconds > 0
+    assert timed.identity() == {"backend": "scripted"} and timed.extra == "delegated"
+
+
+def test_runner_backends_are_wrapped_only_inside_the_context(monkeypatch) -> None:
+    scripted = echo_backend()
+    monkeypatch.setattr(runner, "build_backend", lambda model_cfg, concurrent=False: scripted)
+    with bench.timed_runner_backends() as built:
+        backend = runner.build_backend(None)
+        backend.generate(["q"], GenerationConfig())
+    assert built == [backend] and backend.backend is scripted and backend.calls == 1
+    assert runner.build_backend(None) is scripted
+
+
+def test_clustered_vectors_are_unit_and_near_their_centre() -> None:
+    vectors, labels = bench.clustered_unit_vectors(300, 5, dim=32, seed=1)
+    assert vectors.shape == (300, 32) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert set(labels.tolist()) <= set(range(5))
+    centroid = vectors[labels == labels[0]].mean(axis=0)
+    others = vectors[labels != labels[0]].mean(axis=0)
+    assert vectors[0] @ centroid > vectors[0] @ others
+
+
+def test_retrieval_scaling_tiny_sizes_use_clag_primitives() -> None:
+    rows = bench.retrieval_scaling(sizes=(64, 256), queries=4, k=5, k_route=2, dim=16, faiss_threads=(1,))
+    assert [row["notes"] for row in rows] == [64, 256] and rows[0]["faiss_threads"] == "1"
+    for row in rows:
+        assert row["clusters"] == round(math.sqrt(row["notes"]))
+        assert 0 < row["searched_notes"] < row["notes"]
+        assert row["flat_ms"] > 0 and row["two_stage_ms"] > 0 and row["two_stage_cluster_index_ms"] > 0
+        # both stage-2 structures search the same members exactly
+        assert 0 < row["recall_at_k"] <= 1 and row["recall_at_k_cluster_index"] == pytest.approx(row["recall_at_k"])
+
+
+def fake_run(tmp_path: Path, method: str, e2e: list[float], pick: float | None) -> Path:
+    run_dir = tmp_path / method
+    run_dir.mkdir()
+    rows = [
+        {"question_id": f"q{i}", "timings_ms": {"keywords": 10.0, **({"pick": pick} if pick else {})}}
+        for i in range(len(e2e))
+    ]
+    (run_dir / "predictions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    metrics = {
+        "usage": {"items": 4, "ingest_s": 8.0, "llm_calls_per_item": 2.0, "llm_calls_per_question": 3.0},
+        "latency": {
+            "retrieval_ms": {"mean": float(np.mean(e2e)) / 4},
+            "e2e_ms": {"mean": float(np.mean(e2e))},
+        },
+        "run": {"wall_s": 20.0, "peak_rss_mb": 3000.0},
+    }
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    return run_dir
+
+
+def test_run_summaries_ratios_targets_and_report(tmp_path: Path) -> None:
+    timed = bench.TimedBackend(echo_backend())
+    timed.seconds = 18.0
+    rows = [
+        bench.summarise_run("rag", fake_run(tmp_path, "rag", [100.0, 300.0], None), timed),
+        bench.summarise_run("clag", fake_run(tmp_path, "clag", [400.0, 400.0], 50.0), timed),
+    ]
+    bench.add_rag_ratios(rows)
+    rag, clag = rows
+    assert rag["items_per_s"] == 0.5 and rag["pick_ms"] is None and clag["pick_ms"] == 50.0
+    assert rag["outside_llm_share"] == pytest.approx(0.1)
+    assert clag["e2e_ms_vs_rag"] == pytest.approx(2.0) and rag["e2e_ms_vs_rag"] == 1.0
+
+    llm = [
+        {"backend": "transformers bf16", "batch": 1, "tokens_per_s": 10.0},
+        {"backend": "transformers bf16", "batch": 8, "tokens_per_s": 40.0},
+    ]
+    retrieval = [{"notes": 100_000, "faiss_threads": "1", "speedup": 5.0, "speedup_cluster_index": 20.0}]
+    results = {"llm": llm, "methods": rows, "retrieval": retrieval, "model_loads": 1}
+    verdicts = {row["target"]: row["verdict"] for row in bench.target_rows(results)}
+    assert verdicts[bench.TARGETS["batch8_over_batch1"].name] == "hit"
+    assert verdicts[bench.TARGETS["clag_over_rag_e2e"].name] == "missed by 1.33x"
+    assert verdicts[bench.TARGETS["outside_llm_share"].name] == "hit"
+    assert verdicts[bench.TARGETS["model_loads"].name] == "hit"
+    two_stage = [v for name, v in verdicts.items() if name.startswith(bench.TARGETS["two_stage_speedup_100k"].name)]
+    assert two_stage == ["missed by 2.00x", "hit"]
+
+
+def test_missing_sections_are_reported_as_not_measured() -> None:
+    verdicts = [row["verdict"] for row in bench.target_rows({})]
+    assert verdicts == ["not measured"] * len(bench.TARGETS)
+
+
+def test_report_files(tmp_path: Path) -> None:
+    machine = {"host": "h", "cpu": "c", "cores": 2, "platform": "p", "date": "d", "loadavg": [1.0, 1.0, 1.0]}
+    machine |= {"torch_threads": 2, "faiss_threads": 2}
+    results = {
+        "machine": machine,
+        "scale": {"name": "quick", "episode": "conv-26", "items": 8, "questions": 2, "queries": 5},
+        "loadavg_end": [2.0, 1.5, 1.0],
+        "llm": [{"backend": "transformers bf16", "batch": 1, "tokens_per_s": 12.5}],
+        "llm_notes": ["llama.cpp: skipped"],
+        "methods": [{"method": "rag", "e2e_ms": 1234.5, "pick_ms": None}],
+        "model_loads": 1,
+        "rss_after_llm_mb": 3000.0,
+        "peak_rss_mb": 3500.0,
+        "retrieval": [{"notes": 1000, "flat_ms": 0.05}],
+        "targets": [{"target": "t", "goal": ">= 3", "measured": 2.0, "verdict": "missed by 1.50x"}],
+    }
+    bench.write_outputs(results, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert "missed by 1.50x" in report and "| rag |" in report and "llama.cpp: skipped" in report
+    assert "1,234" in report and "| — |" in report
+    assert (tmp_path / "methods.csv").read_text().splitlines()[0] == "method,e2e_ms,pick_ms"
+    assert json.loads((tmp_path / "raw.json").read_text())["model_loads"] == 1
+
+
+def test_command_line_scales() -> None:
+    assert bench.SCALES["quick"].items < bench.SCALES["full"].items
+    overrides = bench.method_overrides("clag", bench.SCALES["quick"], Path("/tmp/w"))
+    assert "cache.enabled=false" in overrides and "runner.answer_batch_size=1" in overrides
+    assert "runner.warmup=true" in overrides and "limit.items=8" in overrides
