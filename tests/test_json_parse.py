@@ -5,16 +5,9 @@ from __future__ import annotations
 import pytest
 
 from clag.llm.json_parse import is_placeholder, parse_json_object
+from clag.memory.agentic import NOTE_SCHEMA
 
-NOTE = {
-    "type": "object",
-    "properties": {
-        "keywords": {"type": "array", "items": {"type": "string"}},
-        "context": {"type": "string"},
-        "tags": {"type": "array", "items": {"type": "string"}},
-    },
-    "required": ["keywords", "context", "tags"],
-}
+NOTE = NOTE_SCHEMA  # the note-construction schema the agentic core really uses
 PICK = {"type": "object", "properties": {"choice": {"type": "integer"}}, "required": ["choice"]}
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 

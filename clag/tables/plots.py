@@ -53,26 +53,24 @@ def _save(figure: Figure, path: Path | None) -> Path | None:
     return path
 
 
-def plot_answer_quality(long: pd.DataFrame, path: Path | None = None, metric: str = "f1") -> Path | None:
-    """F1 by dataset and method (Table 1's frame), ours with intervals, the paper's as ticks."""
-    frame = long[long["metric"] == metric]
-    figure = Figure(figsize=(8, 4))
+def _metric_bars(long: pd.DataFrame, path: Path | None, metric: str, size: tuple[int, int], title: str) -> Path | None:
+    """Grouped bars of one metric: ours with intervals, the paper's as ticks."""
+    figure = Figure(figsize=size)
     ax = figure.subplots()
-    _grouped_bars(ax, frame, "group", "row")
+    _grouped_bars(ax, long[long["metric"] == metric], "group", "row")
     ax.set_ylabel(f"{metric.upper()} (%)")
-    ax.set_title("Answer quality by method and dataset (bars: ours, 95% CI; ticks: paper)")
+    ax.set_title(f"{title} (bars: ours, 95% CI; ticks: paper)")
     return _save(figure, path)
+
+
+def plot_answer_quality(long: pd.DataFrame, path: Path | None = None, metric: str = "f1") -> Path | None:
+    """F1 by dataset and method (Table 1's frame)."""
+    return _metric_bars(long, path, metric, (8, 4), "Answer quality by method and dataset")
 
 
 def plot_categories(long: pd.DataFrame, path: Path | None = None, metric: str = "f1") -> Path | None:
     """LoCoMo F1 per question category and method (Table 3's frame)."""
-    frame = long[long["metric"] == metric]
-    figure = Figure(figsize=(9, 4))
-    ax = figure.subplots()
-    _grouped_bars(ax, frame, "group", "row")
-    ax.set_ylabel(f"{metric.upper()} (%)")
-    ax.set_title("LoCoMo by question category (bars: ours, 95% CI; ticks: paper)")
-    return _save(figure, path)
+    return _metric_bars(long, path, metric, (9, 4), "LoCoMo by question category")
 
 
 def plot_latency(long: pd.DataFrame, path: Path | None = None) -> Path | None:
