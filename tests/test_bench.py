@@ -33,15 +33,27 @@ def test_target_verdicts_say_by_how_much() -> None:
     assert more.describe() == ">= 3" and less.describe() == "<= 0.1"
 
 
-def test_llm_throughput_sends_each_batch_size_and_counts_completion_tokens() -> None:
+def test_llm_throughput_times_one_call_per_batch_size_and_round() -> None:
     backend = echo_backend(words=4)
-    rows = bench.llm_throughput(backend, GenerationConfig(max_new_tokens=8), ["a", "b", "c", "d", "e"], (1, 2, 4))
-    # one untimed warm-up call, then 5 + 3 + 2 calls
-    assert len(backend.calls) == 1 + 5 + 5 + 5
-    assert [row["batch"] for row in rows] == [1, 2, 4]
-    assert all(row["completion_tokens"] == 5 * 4 and row["tokens_per_s"] > 0 for row in rows)
-    assert rows[0]["vs_batch1"] == 1.0
-    assert bench.chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
+    config = GenerationConfig(max_new_tokens=8)
+    rows = bench.llm_throughput(backend, config, ["a", "b", "c", "d", "e"], (1, 2, 4), rounds=2)
+    sizes = [len(prompts) for prompts in calls_by_generate(backend)]
+    assert sizes == [1, 1, 2, 4, 4, 2, 1]  # untimed warm-up, then rounds in alternating order
+    assert [row["batch"] for row in rows] == [1, 2, 4] and rows[0]["vs_batch1"] == 1.0
+    assert [row["completion_tokens"] for row in rows] == [4, 8, 16]
+    assert all(row["tokens_per_s"] >= row["median_tokens_per_s"] > 0 and row["rounds"] == 2 for row in rows)
+    with pytest.raises(ValueError):
+        bench.llm_throughput(backend, config, ["a"], (1, 2))
+
+
+def calls_by_generate(backend: ScriptedBackend) -> list[list[str]]:
+    """The scripted backend logs prompts one by one; every call starts with the first prompt, "a"."""
+    groups: list[list[str]] = []
+    for prompt, _ in backend.calls:
+        if prompt == "a":
+            groups.append([])
+        groups[-1].append(prompt)
+    return groups
 
 
 def test_timed_backend_adds_up_calls_and_delegates() -> None:
@@ -144,7 +156,7 @@ def test_report_files(tmp_path: Path) -> None:
     machine |= {"torch_threads": 2, "faiss_threads": 2}
     results = {
         "machine": machine,
-        "scale": {"name": "quick", "episode": "conv-26", "items": 8, "questions": 2, "queries": 5},
+        "scale": {"name": "quick", "episode": "conv-26", "items": 8, "questions": 2, "queries": 5, "rounds": 2},
         "loadavg_end": [2.0, 1.5, 1.0],
         "llm": [{"backend": "transformers bf16", "batch": 1, "tokens_per_s": 12.5}],
         "llm_notes": ["llama.cpp: skipped"],
@@ -168,3 +180,5 @@ def test_command_line_scales() -> None:
     overrides = bench.method_overrides("clag", bench.SCALES["quick"], Path("/tmp/w"))
     assert "cache.enabled=false" in overrides and "runner.answer_batch_size=1" in overrides
     assert "runner.warmup=true" in overrides and "limit.items=8" in overrides
+    assert "method.system.buffer_size=4" in overrides  # CLAG clusters within the slice
+    assert not any("buffer_size" in o for o in bench.method_overrides("amem", bench.SCALES["quick"], Path("/w")))
