@@ -627,7 +627,8 @@ def render_report(results: dict[str, Any]) -> str:
         f"Measured on `{machine['host']}` ({machine['cpu']}, {machine['cores']} cores, {machine['platform']}) "
         f"on {machine['date']}; load average at start {', '.join(f'{v:.2f}' for v in machine['loadavg'])}, "
         f"at end {', '.join(f'{v:.2f}' for v in results['loadavg_end'])}; torch threads "
-        f"{machine['torch_threads']}, FAISS threads {machine['faiss_threads']}. The machine is shared: "
+        f"{machine['torch_threads']}, FAISS threads {machine['faiss_threads']}; the benchmark took "
+        f"{results['wall_s'] / 60:.1f} min. The machine is shared: "
         "numbers are noisy, ratios are the point.",
         "",
         "## Targets",
@@ -725,6 +726,7 @@ def run_llm_section(backends: Sequence[tuple[str, str, str]], rounds: int) -> tu
 
 
 def run_benchmark(scale: Scale, methods: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
+    start = time.perf_counter()
     results: dict[str, Any] = {"machine": machine_info(), "scale": asdict(scale)}
     with count_model_loads() as loads, tempfile.TemporaryDirectory(prefix="clag-bench-") as workdir:
         results["llm"], results["llm_notes"] = run_llm_section(BACKENDS[:1], scale.rounds)
@@ -741,6 +743,7 @@ def run_benchmark(scale: Scale, methods: Sequence[str], sizes: Sequence[int]) ->
         row["with_pick_ms"] = row["two_stage_ms"] + clag["pick_ms"] if clag and clag["pick_ms"] else None
     results["peak_rss_mb"] = peak_rss_mb()
     results["loadavg_end"] = list(os.getloadavg())
+    results["wall_s"] = time.perf_counter() - start
     results["targets"] = target_rows(results)
     return results
 

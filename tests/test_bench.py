@@ -158,6 +158,7 @@ def test_report_files(tmp_path: Path) -> None:
         "machine": machine,
         "scale": {"name": "quick", "episode": "conv-26", "items": 8, "questions": 2, "queries": 5, "rounds": 2},
         "loadavg_end": [2.0, 1.5, 1.0],
+        "wall_s": 600.0,
         "llm": [{"backend": "transformers bf16", "batch": 1, "tokens_per_s": 12.5}],
         "llm_notes": ["llama.cpp: skipped"],
         "methods": [{"method": "rag", "e2e_ms": 1234.5, "pick_ms": None}],
@@ -169,7 +170,12 @@ def test_report_files(tmp_path: Path) -> None:
     }
     bench.write_outputs(results, tmp_path)
     report = (tmp_path / "report.md").read_text()
-    assert "missed by 1.50x" in report and "| rag |" in report and "llama.cpp: skipped" in report
+    assert (
+        "took 10.0 min" in report
+        and "missed by 1.50x" in report
+        and "| rag |" in report
+        and "llama.cpp: skipped" in report
+    )
     assert "1,234" in report and "| — |" in report
     assert (tmp_path / "methods.csv").read_text().splitlines()[0] == "method,e2e_ms,pick_ms"
     assert json.loads((tmp_path / "raw.json").read_text())["model_loads"] == 1
