@@ -47,6 +47,16 @@ class Completion:
     completion_tokens: int
 
 
+PROMPT_FORMATS = ("chat", "raw")
+
+
+def check_prompt_format(prompt_format: str) -> str:
+    """Validate a backend's ``prompt_format`` (see :class:`LLMBackend`)."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format must be 'chat' or 'raw', not {prompt_format!r}")
+    return prompt_format
+
+
 class LLMBackend(Protocol):
     """Batched generation from prompt strings.
 

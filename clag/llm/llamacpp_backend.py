@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from clag.llm.base import Completion, GenerationConfig
+from clag.llm.base import Completion, GenerationConfig, check_prompt_format
 from clag.llm.json_parse import strip_think
 from clag.llm.transformers_backend import ModelSource, file_sha256, row_seed
 
@@ -52,8 +52,7 @@ class LlamaCppBackend:
         n_threads: int | None = None,
         system_prompt: str | None = None,
     ) -> None:
-        if prompt_format not in ("chat", "raw"):
-            raise ValueError(f"prompt_format must be 'chat' or 'raw', not {prompt_format!r}")
+        check_prompt_format(prompt_format)
         source = ModelSource.resolve(model)
         if source.gguf_path is None:
             raise FileNotFoundError(f"llama.cpp needs a local .gguf file or offline:<name>, not {model!r}")

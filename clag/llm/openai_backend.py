@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from clag.llm.base import Completion, GenerationConfig
+from clag.llm.base import Completion, GenerationConfig, check_prompt_format
 from clag.llm.json_parse import strip_think
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,7 @@ class OpenAICompatibleBackend:
         timeout_s: float = 120,
         extra_body: dict | None = None,
     ) -> None:
-        if prompt_format not in ("chat", "raw"):
-            raise ValueError(f"prompt_format must be 'chat' or 'raw', not {prompt_format!r}")
+        check_prompt_format(prompt_format)
         root = base_url.rstrip("/").removesuffix("/v1")
         self.url = f"{root}/v1/chat/completions" if prompt_format == "chat" else f"{root}/v1/completions"
         self.model = model

@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from clag.llm.base import Completion, GenerationConfig
+from clag.llm.base import Completion, GenerationConfig, check_prompt_format
 from clag.llm.json_parse import strip_think
 
 log = logging.getLogger(__name__)
@@ -306,8 +306,7 @@ class TransformersBackend:
         revision: str | None = None,
         system_prompt: str | None = None,
     ) -> None:
-        if prompt_format not in ("chat", "raw"):
-            raise ValueError(f"prompt_format must be 'chat' or 'raw', not {prompt_format!r}")
+        check_prompt_format(prompt_format)
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.model_name = model
