@@ -74,7 +74,7 @@ LLM_PROMPTS = tuple(
         "a lost dog finding home",
     )
 )
-# (backend label, model config, import that must succeed)
+# (backend label, model config, module it needs); the first is the default path, the others optional extras
 BACKENDS = (("transformers bf16", "qwen2.5-0.5b", "transformers"), ("llama.cpp", "llamacpp", "llama_cpp"))
 
 
@@ -702,39 +702,58 @@ def _compose(overrides: list[str]) -> Any:
         return compose(config_name="config", overrides=overrides)
 
 
-def run_llm_section(backends: Sequence[tuple[str, str, str]], rounds: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """Section 1 for the given ``(label, model config, module)`` backends; absent modules are skipped."""
-    from omegaconf import OmegaConf
+def run_llm_section(
+    backends: Sequence[tuple[str, str, str]], rounds: int, optional: bool
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Section 1 for the given ``(label, model config, module)`` backends.
 
-    from clag.runner import build_backend
-
+    A backend whose module is absent is skipped; an ``optional`` backend that
+    fails (an extra built wrongly, or code mid-change) is skipped with its
+    error in the notes, so the default path's numbers are still written.
+    """
     rows, notes = [], []
     for label, model, module in backends:
         if importlib.util.find_spec(module) is None:
             notes.append(f"{label}: skipped (`{module}` does not import; see the `llamacpp` extra).")
             continue
-        cfg = _compose([f"model={model}"])
-        generation = OmegaConf.to_container(cfg.model.generation, resolve=True)
-        config = GenerationConfig(**{**generation, "max_new_tokens": LLM_MAX_NEW_TOKENS})
-        backend = build_backend(cfg.model)
-        if getattr(backend, "batch_size", max(BATCH_SIZES)) < max(BATCH_SIZES):
-            backend.batch_size = max(BATCH_SIZES)
-        for row in llm_throughput(backend, config, rounds=rounds):
-            rows.append({"backend": label, **row})
+        try:
+            measured, config = _backend_throughput(model, rounds)
+        except Exception as err:  # noqa: BLE001 - only for optional backends, reported below
+            if not optional:
+                raise
+            log.exception("%s failed", label)
+            notes.append(f"{label}: skipped, it failed: {type(err).__name__}: {err}")
+            continue
+        rows += [{"backend": label, **row} for row in measured]
         notes.append(f"{label}: generation settings {json.dumps(config.key())}.")
     return rows, notes
+
+
+def _backend_throughput(model: str, rounds: int) -> tuple[list[dict[str, Any]], GenerationConfig]:
+    """:func:`llm_throughput` of one model config's backend with its own generation settings."""
+    from omegaconf import OmegaConf
+
+    from clag.runner import build_backend
+
+    cfg = _compose([f"model={model}"])
+    generation = OmegaConf.to_container(cfg.model.generation, resolve=True)
+    config = GenerationConfig(**{**generation, "max_new_tokens": LLM_MAX_NEW_TOKENS})
+    backend = build_backend(cfg.model)
+    if getattr(backend, "batch_size", max(BATCH_SIZES)) < max(BATCH_SIZES):
+        backend.batch_size = max(BATCH_SIZES)
+    return llm_throughput(backend, config, rounds=rounds), config
 
 
 def run_benchmark(scale: Scale, methods: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
     start = time.perf_counter()
     results: dict[str, Any] = {"machine": machine_info(), "scale": asdict(scale)}
     with count_model_loads() as loads, tempfile.TemporaryDirectory(prefix="clag-bench-") as workdir:
-        results["llm"], results["llm_notes"] = run_llm_section(BACKENDS[:1], scale.rounds)
+        results["llm"], results["llm_notes"] = run_llm_section(BACKENDS[:1], scale.rounds, optional=False)
         results["rss_after_llm_mb"] = peak_rss_mb()
         results["methods"] = run_methods(methods, scale, Path(workdir))
         results["model_loads"] = loads.call_count
     # after the runs, so that llama.cpp's weights do not count in their peak RSS
-    more_rows, more_notes = run_llm_section(BACKENDS[1:], scale.rounds)
+    more_rows, more_notes = run_llm_section(BACKENDS[1:], scale.rounds, optional=True)
     results["llm"] += more_rows
     results["llm_notes"] += more_notes
     results["retrieval"] = retrieval_scaling(sizes, queries=scale.queries)

@@ -188,3 +188,18 @@ def test_command_line_scales() -> None:
     assert "runner.warmup=true" in overrides and "limit.items=8" in overrides
     assert "method.system.buffer_size=4" in overrides  # CLAG clusters within the slice
     assert not any("buffer_size" in o for o in bench.method_overrides("amem", bench.SCALES["quick"], Path("/w")))
+
+
+def test_optional_backends_that_fail_or_are_absent_are_skipped_with_a_note(monkeypatch) -> None:
+    def broken(model: str, rounds: int):
+        raise ImportError("half-edited module")
+
+    monkeypatch.setattr(bench, "_backend_throughput", broken)
+    rows, notes = bench.run_llm_section([("extra", "m", "json"), ("gone", "m", "no_such_module_x")], 1, optional=True)
+    assert rows == []
+    assert notes == [
+        "extra: skipped, it failed: ImportError: half-edited module",
+        "gone: skipped (`no_such_module_x` does not import; see the `llamacpp` extra).",
+    ]
+    with pytest.raises(ImportError):
+        bench.run_llm_section([("default", "m", "json")], 1, optional=False)
