@@ -317,8 +317,6 @@ def summarise_run(method: str, run_dir: Path, timed: TimedBackend) -> dict[str, 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines() if line.strip()]
     usage, run, latency = metrics["usage"], metrics["run"], metrics["latency"]
-    picks = [row["timings_ms"]["pick"] for row in rows if row["timings_ms"].get("pick")]
-    keywords = [row["timings_ms"].get("keywords", 0.0) for row in rows]
     wall = run["wall_s"]
     return {
         "method": method,
@@ -328,9 +326,10 @@ def summarise_run(method: str, run_dir: Path, timed: TimedBackend) -> dict[str, 
         "llm_calls_per_item": usage["llm_calls_per_item"],
         "questions": len(rows),
         "llm_calls_per_question": usage["llm_calls_per_question"],
-        "keywords_ms": statistics.fmean(keywords) if keywords else None,
-        "pick_ms": statistics.fmean(picks) if picks else None,
+        "keywords_ms": mean_stage_ms(rows, "keywords"),
+        "pick_ms": mean_stage_ms(rows, "pick"),
         "retrieval_ms": latency["retrieval_ms"]["mean"],
+        "answer_ms": mean_stage_ms(rows, "answer"),
         "e2e_ms": latency["e2e_ms"]["mean"],
         "wall_s": wall,
         "llm_s": timed.seconds,
@@ -338,7 +337,15 @@ def summarise_run(method: str, run_dir: Path, timed: TimedBackend) -> dict[str, 
         "llm_completion_tokens": timed.completion_tokens,
         "outside_llm_share": max(0.0, wall - timed.seconds) / wall if wall else None,
         "peak_rss_mb": run["peak_rss_mb"],
+        "ingestion_usage": usage["ingestion"],
+        "question_usage": usage["questions"],
     }
+
+
+def mean_stage_ms(rows: Sequence[dict[str, Any]], stage: str) -> float | None:
+    """Mean of a stage's ``timings_ms`` over the questions that ran it (a 0 means it did not run)."""
+    values = [row["timings_ms"][stage] for row in rows if row["timings_ms"].get(stage)]
+    return statistics.fmean(values) if values else None
 
 
 def add_rag_ratios(rows: list[dict[str, Any]]) -> None:
@@ -592,6 +599,7 @@ METHOD_COLUMNS = (
     ("pick_ms", "SLM pick ms"),
     ("retrieval_ms", "retrieval ms"),
     ("retrieval_ms_vs_rag", "retrieval / RAG"),
+    ("answer_ms", "answer ms"),
     ("e2e_ms", "end-to-end ms"),
     ("e2e_ms_vs_rag", "end-to-end / RAG"),
     ("wall_s", "wall s"),
@@ -674,6 +682,10 @@ def render_report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def csv_cell(value: Any) -> Any:
+    return json.dumps(value) if isinstance(value, dict | list) else value
+
+
 def write_outputs(results: dict[str, Any], out_dir: Path) -> None:
     """``report.md``, one CSV per table and ``raw.json`` under ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -686,7 +698,7 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> None:
         with (out_dir / f"{name}.csv").open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=keys)
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows([{key: csv_cell(value) for key, value in row.items()} for row in rows])
     (out_dir / "raw.json").write_text(json.dumps(results, indent=2, default=str))
 
 

@@ -102,12 +102,19 @@ def fake_run(tmp_path: Path, method: str, e2e: list[float], pick: float | None) 
     run_dir = tmp_path / method
     run_dir.mkdir()
     rows = [
-        {"question_id": f"q{i}", "timings_ms": {"keywords": 10.0, **({"pick": pick} if pick else {})}}
+        {"question_id": f"q{i}", "timings_ms": {"keywords": 10.0, "pick": pick or 0.0, "answer": 30.0 + i}}
         for i in range(len(e2e))
     ]
     (run_dir / "predictions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     metrics = {
-        "usage": {"items": 4, "ingest_s": 8.0, "llm_calls_per_item": 2.0, "llm_calls_per_question": 3.0},
+        "usage": {
+            "items": 4,
+            "ingest_s": 8.0,
+            "llm_calls_per_item": 2.0,
+            "llm_calls_per_question": 3.0,
+            "ingestion": {"note": {"calls": 4}},
+            "questions": {"keywords": {"calls": 2}},
+        },
         "latency": {
             "retrieval_ms": {"mean": float(np.mean(e2e)) / 4},
             "e2e_ms": {"mean": float(np.mean(e2e))},
@@ -127,7 +134,8 @@ def test_run_summaries_ratios_targets_and_report(tmp_path: Path) -> None:
     ]
     bench.add_rag_ratios(rows)
     rag, clag = rows
-    assert rag["items_per_s"] == 0.5 and rag["pick_ms"] is None and clag["pick_ms"] == 50.0
+    assert rag["items_per_s"] == 0.5 and rag["pick_ms"] is None and clag["pick_ms"] == 50.0  # 0 = no pick call
+    assert rag["answer_ms"] == 30.5 and rag["question_usage"] == {"keywords": {"calls": 2}}
     assert rag["outside_llm_share"] == pytest.approx(0.1)
     assert clag["e2e_ms_vs_rag"] == pytest.approx(2.0) and rag["e2e_ms_vs_rag"] == 1.0
 
@@ -161,7 +169,7 @@ def test_report_files(tmp_path: Path) -> None:
         "wall_s": 600.0,
         "llm": [{"backend": "transformers bf16", "batch": 1, "tokens_per_s": 12.5}],
         "llm_notes": ["llama.cpp: skipped"],
-        "methods": [{"method": "rag", "e2e_ms": 1234.5, "pick_ms": None}],
+        "methods": [{"method": "rag", "e2e_ms": 1234.5, "pick_ms": None, "question_usage": {"answer": {"calls": 1}}}],
         "model_loads": 1,
         "rss_after_llm_mb": 3000.0,
         "peak_rss_mb": 3500.0,
@@ -177,7 +185,9 @@ def test_report_files(tmp_path: Path) -> None:
         and "llama.cpp: skipped" in report
     )
     assert "1,234" in report and "| — |" in report
-    assert (tmp_path / "methods.csv").read_text().splitlines()[0] == "method,e2e_ms,pick_ms"
+    header, row = (tmp_path / "methods.csv").read_text().splitlines()
+    assert header == "method,e2e_ms,pick_ms,question_usage"
+    assert row == 'rag,1234.5,,"{""answer"": {""calls"": 1}}"'  # nested values as JSON
     assert json.loads((tmp_path / "raw.json").read_text())["model_loads"] == 1
 
 
