@@ -267,6 +267,36 @@ def test_incremental_centroids_move_on_each_join(embedder):
     assert all(not np.allclose(start[cid], c) for cid, c in moving.clusters.centroids.items())
 
 
+def assert_search_index_in_step(memory: ClagMemory) -> None:
+    """The per-cluster search matrices hold exactly each cluster's members and their current vectors."""
+    index = memory.clusters.index
+    assert sorted(index.clusters) == sorted(memory.clusters.clusters)
+    for cid, cluster in memory.clusters.clusters.items():
+        assert index.members(cid) == [str(i) for i in cluster.members]
+        query = memory.core.vectors(cluster.members[:1])[0]
+        # same ranking as a search of the flat index restricted to the members
+        expected = memory.core.search(query, 5, cluster.members)
+        assert memory.clusters.search(query, 5, [cid]) == expected
+
+
+@pytest.mark.parametrize("routing", ["agentic", "kmeans"])
+def test_cluster_search_index_follows_joins_splits_refits_and_reloads(embedder, tmp_path, routing):
+    memory = clag(
+        Script(), embedder, n_init=2, tau_split=3, consolidate_every=4, consolidate_counter="notes", routing=routing
+    )
+    for item in topic_items(12):
+        memory.add(item)
+        if memory.clusters:
+            assert_search_index_in_step(memory)
+    memory.finish_ingestion()
+    assert any(e["event"] == "split" for e in memory.clusters.events)
+    assert_search_index_in_step(memory)
+    memory.save(tmp_path)
+    loaded = clag(Script(), embedder, n_init=2, tau_split=3, routing=routing)
+    loaded.load(tmp_path)
+    assert_search_index_in_step(loaded)
+
+
 def test_add_equals_add_many(embedder):
     one = clag(Script(), embedder, tau_split=4)
     for item in topic_items(12):

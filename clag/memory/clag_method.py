@@ -255,8 +255,12 @@ class ClagMemory(MemoryBase):
         if self.clusters:
             route_vector = core.embed(pre_doc)
             routed = self._route(note, route_vector)
-        scope = self.clusters.clusters[routed].members if routed and p["evolution_scope"] == "local" else None
-        evolved = core.evolve(note, core.search(core.embed(note.content), p["k_local"], scope))
+        query = core.embed(note.content)
+        if routed and p["evolution_scope"] == "local":
+            neighbours = self.clusters.search(query, p["k_local"], [routed])
+        else:
+            neighbours = core.search(query, p["k_local"])
+        evolved = core.evolve(note, neighbours)
         # The stored vector reflects the note after its own evolution (which may rewrite its tags).
         unchanged = route_vector is not None and note.document() == pre_doc
         vector = route_vector if unchanged else core.embed(note.document())
@@ -414,8 +418,8 @@ class ClagMemory(MemoryBase):
         """Stage 2: top-k inside the selected clusters."""
         k = self.params["retrieve_k"]
         if self.params["merge"] == "union":
-            return self.core.search(query, k, self.clusters.members_of(selected))
-        ranked = [i for cid in selected for i in self.core.search(query, k, self.clusters.clusters[cid].members)]
+            return self.clusters.search(query, k, selected)
+        ranked = [i for cid in selected for i in self.clusters.search(query, k, [cid])]
         return list(dict.fromkeys(ranked))[:k]
 
     # -- telemetry and persistence -------------------------------------------------

@@ -22,6 +22,11 @@ Differences, documented here and in ``configs/method/clag.yaml``:
 - the authors keep the first three members as examples until the first
   consolidation sets representatives; we compute representatives at cold
   start already (the profile prompt used them there too).
+
+Stage-2 search and local evolution run over a per-cluster
+:class:`clag.cluster_index.ClusterIndex`, kept in step with every change of
+membership or vectors here, so their cost follows the clusters searched,
+not the whole memory (``make bench`` measures both).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 
+from clag.cluster_index import ClusterIndex
 from clag.llm.client import LLMClient
 from clag.memory.agentic import AgenticCore, Note, clean_strings
 
@@ -135,6 +141,7 @@ class ClusterSet:
         self.events: list[dict[str, Any]] = []
         self.next_id = 0
         self.profile_fallbacks = 0
+        self.index = ClusterIndex(core.embedder.dim)
 
     def __len__(self) -> int:
         return len(self.clusters)
@@ -167,6 +174,19 @@ class ClusterSet:
     def members_of(self, cids: Sequence[str]) -> list[int]:
         return [i for cid in cids for i in self.clusters[cid].members]
 
+    def search(self, query: np.ndarray, k: int, cids: Sequence[str]) -> list[int]:
+        """Top-``k`` members of ``cids`` by cosine, best first (only their vectors are scanned)."""
+        return [int(key) for key, _ in self.index.search(query, k, cids)]
+
+    def reindex(self, cids: Sequence[str] | None = None) -> None:
+        """Rebuild the search matrices of ``cids`` (all clusters when None) from the note vectors."""
+        if cids is None:
+            self.index = ClusterIndex(self.core.embedder.dim)
+            cids = list(self.clusters)
+        for cid in cids:
+            members = self.clusters[cid].members
+            self.index.set_cluster(cid, [str(i) for i in members], self.core.vectors(members))
+
     # -- structure changes ---------------------------------------------------
 
     def cold_start(self, k: int) -> None:
@@ -183,6 +203,7 @@ class ClusterSet:
                 self.centroids[cid] = centres[label]
                 created.append(cid)
         self.events.append({"event": "cold_start", "at_item": len(indices), "clusters": len(created)})
+        self.reindex()
         self._set_representatives(created)
         self.write_profiles(created)
 
@@ -192,6 +213,7 @@ class ClusterSet:
         summary = f"Cluster around: {', '.join(note.tags) or note.context[:50]}"
         self.clusters[cid] = Cluster(cid, [note.index], summary, list(note.tags), [note.index])
         self.centroids[cid] = vector.astype(np.float32)
+        self.index.set_cluster(cid, [str(note.index)], vector)
         self.events.append({"event": "new_cluster", "at_item": len(self.core), "cluster": cid, "reason": reason})
         return cid
 
@@ -199,6 +221,7 @@ class ClusterSet:
         """Add a member; ``incremental`` moves the centroid to the running mean."""
         cluster = self.clusters[cid]
         cluster.members.append(index)
+        self.index.add(cid, [str(index)], vector)
         if incremental:
             self.centroids[cid] = self.centroids[cid] + (vector - self.centroids[cid]) / len(cluster.members)
 
@@ -214,6 +237,7 @@ class ClusterSet:
             self.clusters[cid].members = [i for i, lab in zip(indices, labels) if lab == position]
             self.centroids[cid] = centres[position]
         self._drop_empty()
+        self.reindex()
         self.events.append({"event": "refit", "at_item": len(self.core), "clusters": len(self.clusters)})
 
     def split_large(self, tau_split: int) -> list[str]:
@@ -235,13 +259,17 @@ class ClusterSet:
             )
             created += parts
         self._drop_empty()
+        if created:
+            self.reindex()
         return created
 
     def recompute(self) -> None:
-        """Centroids as member means and fresh representatives (``consolidate_memories``)."""
+        """Centroids as member means and fresh representatives (``consolidate_memories``);
+        the search matrices are rebuilt too, as the notes may have been re-embedded."""
         for cid, cluster in self.clusters.items():
             self.centroids[cid] = self.core.vectors(cluster.members).mean(axis=0)
         self._set_representatives(list(self.clusters))
+        self.reindex()
 
     def _set_representatives(self, cids: Sequence[str]) -> None:
         for cid in cids:
@@ -316,6 +344,7 @@ class ClusterSet:
         self.events = state["events"]
         self.next_id = state["next_id"]
         self.profile_fallbacks = state["profile_fallbacks"]
+        self.reindex()
 
 
 def _one_word_tags(value: Any, limit: int = 3) -> list[str]:
