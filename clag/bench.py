@@ -521,6 +521,9 @@ def measure_size(n: int, queries: int, k: int, k_route: int, dim: int, seed: int
 # -- targets and reports ---------------------------------------------------------------------------
 
 
+SEARCH_VARIANTS = (("speedup", "CLAG (per-cluster index)"), ("speedup_subset", "FAISS subset search (before)"))
+
+
 def target_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target of issue #8 with its measured value(s) and verdict.
 
@@ -536,7 +539,7 @@ def target_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         measured["two_stage_speedup_100k"] = [
             (f", {label}, FAISS threads {row['faiss_threads']}", row[key])
             for row in largest
-            for key, label in (("speedup", "CLAG (per-cluster index)"), ("speedup_subset", "FAISS subset search (before)"))
+            for key, label in SEARCH_VARIANTS
         ]
     runs = results.get("methods", [])
     wall = sum(r["wall_s"] for r in runs)
