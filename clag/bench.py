@@ -19,7 +19,11 @@ One run measures, with fresh state so every LLM call is real:
    apart (its mean from the CLAG run of section 2);
 5. the share of each run's wall time spent outside ``backend.generate``
    (a timing proxy wrapped around the runner's backend, in this module only);
-6. peak RSS and the number of model loads in the process.
+6. peak RSS and the number of model loads in the process;
+7. one ``make demo`` slice run twice, cache off: once with every
+   throughput feature off (backend batch 1, one episode at a time, one
+   question per answer call: how the harness ran before them) and once as
+   the demo runs it; the wall-time ratio and how many predictions agree.
 
 Pure parts (targets, tables, synthetic data, the timing proxy) are plain
 functions, tested in ``tests/test_bench.py``; :func:`main` wires them to the
@@ -75,6 +79,10 @@ LLM_PROMPTS = tuple(
         "a lost dog finding home",
     )
 )
+# Section 7: the demo slice timed with the throughput features off, then on (A-mem: two LLM calls per
+# item, one of them long; BioASQ's demo slice has 4 independent episodes to ingest side by side).
+BEFORE_AFTER = {"method": "amem", "dataset": "bioasq"}
+FEATURES_OFF = ("model.backend.batch_size=1", "runner.concurrent_episodes=1", "runner.answer_batch_size=1")
 # (backend label, model config, module it needs); the first is the default path, the others optional extras
 BACKENDS = (("transformers bf16", "qwen2.5-0.5b", "transformers"), ("llama.cpp", "llamacpp", "llama_cpp"))
 
@@ -374,6 +382,64 @@ def run_methods(methods: Sequence[str], scale: Scale, workdir: Path) -> list[dic
     return rows
 
 
+def demo_slice_overrides(method: str, dataset: str, workdir: Path, features_off: bool) -> list[str]:
+    """One ``scale=demo`` run, cache off; ``features_off`` adds :data:`FEATURES_OFF`."""
+    name = "off" if features_off else "on"
+    return [
+        f"method={method}",
+        f"dataset={dataset}",
+        "scale=demo",
+        "model=qwen2.5-0.5b",
+        "runner.progress=false",
+        "cache.enabled=false",
+        f"cache.path={workdir / 'cache.sqlite'}",
+        f"paths.runs_dir={workdir / 'runs'}",
+        f"run_dir={workdir / 'runs' / name}",
+        "exp=bench",
+        "logger=none",
+        *(FEATURES_OFF if features_off else ()),
+    ]
+
+
+def run_before_after(method: str, dataset: str, workdir: Path) -> list[dict[str, Any]]:
+    """Section 7: the same demo slice with the throughput features off, then on."""
+    from clag.run import run_with_overrides
+
+    rows = []
+    for features_off in (True, False):
+        with timed_runner_backends() as built:
+            run_dir = run_with_overrides(demo_slice_overrides(method, dataset, workdir, features_off))
+        rows.append(summarise_slice_run(run_dir, built[0], features_off))
+    compare_slice_runs(*rows)
+    return rows
+
+
+def summarise_slice_run(run_dir: Path, timed: TimedBackend, features_off: bool) -> dict[str, Any]:
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    predictions = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines() if line]
+    usage = metrics["usage"]
+    return {
+        "setting": "features off (batch 1, sequential)" if features_off else "as `make demo` runs it",
+        "episodes": len(metrics["structure"]) or None,
+        "items": usage["items"],
+        "questions": len(predictions),
+        "wall_s": metrics["run"]["wall_s"],
+        "llm_s": timed.seconds,
+        "llm_calls": timed.calls,
+        "llm_completion_tokens": timed.completion_tokens,
+        "tokens_per_llm_s": timed.completion_tokens / timed.seconds if timed.seconds else None,
+        "predictions": {row["question_id"]: row["prediction"] for row in predictions},
+    }
+
+
+def compare_slice_runs(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Adds the speed-up (before / after wall time) and the share of identical predictions to ``after``."""
+    after["speedup"] = before["wall_s"] / after["wall_s"] if after["wall_s"] else None
+    shared = before["predictions"].keys() & after["predictions"].keys()
+    same = sum(before["predictions"][q] == after["predictions"][q] for q in shared)
+    after["same_predictions"] = f"{same}/{len(shared)}"
+
+
 # -- 4. retrieval vs memory size -------------------------------------------------------------------
 
 
@@ -623,6 +689,18 @@ RETRIEVAL_COLUMNS = (
     ("speedup_subset", "flat / two-stage (FAISS subset, before)"),
     ("with_pick_ms", "two-stage + SLM pick ms"),
 )
+SLICE_COLUMNS = (
+    ("setting", "setting"),
+    ("episodes", "episodes"),
+    ("items", "items"),
+    ("questions", "questions"),
+    ("llm_calls", "LLM calls"),
+    ("llm_completion_tokens", "completion tokens"),
+    ("tokens_per_llm_s", "tokens / s in LLM"),
+    ("wall_s", "wall s"),
+    ("speedup", "speed-up"),
+    ("same_predictions", "same predictions"),
+)
 TARGET_COLUMNS = (("target", "target"), ("goal", "goal"), ("measured", "measured"), ("verdict", "verdict"))
 
 
@@ -682,6 +760,20 @@ def render_report(results: dict[str, Any]) -> str:
         markdown_table(results["retrieval"], RETRIEVAL_COLUMNS),
         "",
     ]
+    if results.get("before_after"):
+        spec = results["before_after_spec"]
+        lines += [
+            f"## 7. One demo slice before and after: {spec['method']} on the {spec['dataset']} slice of `make demo`",
+            "",
+            "Cache off, the model already loaded. 'Features off' = "
+            + ", ".join(f"`{o}`" for o in FEATURES_OFF)
+            + " (every call one sequence, episodes one after another); the second run is the demo's own "
+            "setting (batches of up to 8, the slice's episodes ingested side by side). Predictions may differ "
+            "where a padded bf16 batch flips a near-tie greedy token (see the README).",
+            "",
+            markdown_table(results["before_after"], SLICE_COLUMNS),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -693,8 +785,8 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> None:
     """``report.md``, one CSV per table and ``raw.json`` under ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.md").write_text(render_report(results))
-    for name in ("llm", "methods", "retrieval", "targets"):
-        rows = results[name]
+    for name in ("llm", "methods", "retrieval", "before_after", "targets"):
+        rows = results.get(name)
         if not rows:
             continue
         keys = list(dict.fromkeys(key for row in rows for key in row))
@@ -759,13 +851,18 @@ def _backend_throughput(model: str, rounds: int) -> tuple[list[dict[str, Any]], 
     return llm_throughput(backend, config, rounds=rounds), config
 
 
-def run_benchmark(scale: Scale, methods: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
+def run_benchmark(
+    scale: Scale, methods: Sequence[str], sizes: Sequence[int], before_after: bool = True
+) -> dict[str, Any]:
     start = time.perf_counter()
     results: dict[str, Any] = {"machine": machine_info(), "scale": asdict(scale)}
     with count_model_loads() as loads, tempfile.TemporaryDirectory(prefix="clag-bench-") as workdir:
         results["llm"], results["llm_notes"] = run_llm_section(BACKENDS[:1], scale.rounds, optional=False)
         results["rss_after_llm_mb"] = peak_rss_mb()
         results["methods"] = run_methods(methods, scale, Path(workdir))
+        if before_after:
+            results["before_after_spec"] = dict(BEFORE_AFTER)
+            results["before_after"] = run_before_after(**BEFORE_AFTER, workdir=Path(workdir) / "before_after")
         results["model_loads"] = loads.call_count
     # after the runs, so that llama.cpp's weights do not count in their peak RSS
     more_rows, more_notes = run_llm_section(BACKENDS[1:], scale.rounds, optional=True)
@@ -789,13 +886,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     mode.add_argument("--full", dest="scale", action="store_const", const="full", help="the demo slice, more queries")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--sizes", nargs="+", type=int, default=list(MEMORY_SIZES), help="synthetic memory sizes")
+    parser.add_argument(
+        "--no-before-after", dest="before_after", action="store_false", help="skip section 7 (~10 min)"
+    )
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="reports go to OUT/<scale>/")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     for name, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("WANDB_MODE", "disabled")):
         os.environ.setdefault(name, value)
     scale = SCALES[args.scale or "quick"]
-    results = run_benchmark(scale, args.methods, args.sizes)
+    results = run_benchmark(scale, args.methods, args.sizes, args.before_after)
     write_outputs(results, args.out / scale.name)
     log.info("report: %s", args.out / scale.name / "report.md")
     return results

@@ -213,3 +213,20 @@ def test_optional_backends_that_fail_or_are_absent_are_skipped_with_a_note(monke
     ]
     with pytest.raises(ImportError):
         bench.run_llm_section([("default", "m", "json")], 1, optional=False)
+
+
+@pytest.mark.parametrize("features_off", [True, False])
+def test_demo_slice_overrides_compose_to_the_demo_slice(tmp_path: Path, features_off: bool) -> None:
+    cfg = bench._compose(bench.demo_slice_overrides("amem", "bioasq", tmp_path, features_off))
+    assert cfg.limit.episode_ids == list(cfg.dataset.demo.episode_ids)
+    assert cfg.limit["items"] == cfg.dataset.demo["items"] == 6  # `.items` is the mapping method
+    assert cfg.cache.enabled is False and cfg.run_dir == str(tmp_path / "runs" / ("off" if features_off else "on"))
+    serial = (cfg.model.backend.batch_size, cfg.runner.concurrent_episodes, cfg.runner.answer_batch_size)
+    assert (serial == (1, 1, 1)) is features_off
+
+
+def test_slice_runs_are_compared_by_wall_time_and_predictions() -> None:
+    before = {"wall_s": 300.0, "predictions": {"q1": "a", "q2": "b", "q3": "c"}}
+    after = {"wall_s": 100.0, "predictions": {"q1": "a", "q2": "x", "q3": "c"}}
+    bench.compare_slice_runs(before, after)
+    assert after["speedup"] == 3.0 and after["same_predictions"] == "2/3"
