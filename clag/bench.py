@@ -84,7 +84,7 @@ LLM_PROMPTS = tuple(
 BEFORE_AFTER = {"method": "amem", "dataset": "bioasq"}
 FEATURES_OFF = ("model.backend.batch_size=1", "runner.concurrent_episodes=1", "runner.answer_batch_size=1")
 # (backend label, model config, module it needs); the first is the default path, the others optional extras
-BACKENDS = (("transformers bf16", "qwen2.5-0.5b", "transformers"), ("llama.cpp", "llamacpp", "llama_cpp"))
+BACKENDS = (("transformers", "qwen2.5-0.5b", "transformers"), ("llama.cpp", "llamacpp", "llama_cpp"))
 
 
 @dataclass(frozen=True)
@@ -824,7 +824,7 @@ def run_llm_section(
             notes.append(f"{label}: skipped (`{module}` does not import; see the `llamacpp` extra).")
             continue
         try:
-            measured, config = _backend_throughput(model, rounds)
+            measured, config, dtype = _backend_throughput(model, rounds)
         except Exception as err:  # noqa: BLE001 - only for optional backends, reported below
             if not optional:
                 raise
@@ -832,12 +832,12 @@ def run_llm_section(
             notes.append(f"{label}: skipped, it failed: {type(err).__name__}: {err}")
             continue
         rows += [{"backend": label, **row} for row in measured]
-        notes.append(f"{label}: generation settings {json.dumps(config.key())}.")
+        notes.append(f"{label}: {f'dtype {dtype}, ' if dtype else ''}generation settings {json.dumps(config.key())}.")
     return rows, notes
 
 
-def _backend_throughput(model: str, rounds: int) -> tuple[list[dict[str, Any]], GenerationConfig]:
-    """:func:`llm_throughput` of one model config's backend with its own generation settings."""
+def _backend_throughput(model: str, rounds: int) -> tuple[list[dict[str, Any]], GenerationConfig, str | None]:
+    """:func:`llm_throughput` of one model config's backend with its own generation settings, and its dtype."""
     from omegaconf import OmegaConf
 
     from clag.runner import build_backend
@@ -848,7 +848,7 @@ def _backend_throughput(model: str, rounds: int) -> tuple[list[dict[str, Any]], 
     backend = build_backend(cfg.model)
     if getattr(backend, "batch_size", max(BATCH_SIZES)) < max(BATCH_SIZES):
         backend.batch_size = max(BATCH_SIZES)
-    return llm_throughput(backend, config, rounds=rounds), config
+    return llm_throughput(backend, config, rounds=rounds), config, backend.identity().get("dtype")
 
 
 def run_benchmark(

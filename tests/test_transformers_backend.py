@@ -118,6 +118,8 @@ def test_bad_arguments_fail_early() -> None:
         TransformersBackend("Qwen/Qwen3-0.6B", prompt_format="jinja")
     with pytest.raises(ValueError, match="batch_size"):
         TransformersBackend("Qwen/Qwen3-0.6B", batch_size=0)
+    with pytest.raises(ValueError, match="CPU only"):
+        TransformersBackend("Qwen/Qwen3-0.6B", dtype="int8", device="cuda")
 
 
 # -- the real (smallest) model ---------------------------------------------------------
@@ -187,3 +189,17 @@ def test_schema_constrained_output_is_valid_json(small: TransformersBackend) -> 
     )
     assert json.loads(completion.text)["answer"] in ("yes", "no")
     assert small.identity()["constrained"].startswith("xgrammar==")
+
+
+@pytest.mark.model
+def test_int8_quantized_model_answers_like_float32(small: TransformersBackend) -> None:
+    """dtype=int8: every linear layer quantized, its own cache identity, same greedy answer to a plain question."""
+    import torch
+
+    quantized = TransformersBackend("offline:smollm2-135m", dtype="int8")
+    config = GenerationConfig(max_new_tokens=10)
+    answer = quantized.generate(PROMPTS[:1], config)[0].text
+    assert "paris" in answer.lower() and "paris" in small.generate(PROMPTS[:1], config)[0].text.lower()
+    model = quantized._loaded(with_model=True).model
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    assert quantized.identity()["dtype"] == "int8" and quantized.identity() != small.identity()

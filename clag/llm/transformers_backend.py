@@ -17,6 +17,15 @@ GGUF stand-in on this CPU. Design choices, and why:
   sampled answer depends on its prompt only, not on which other prompts share
   its batch, so the call cache and a resumed run stay consistent.
   (transformers' own sampling draws from the global torch RNG.)
+* ``dtype: int8`` (CPU) loads float32 weights and converts every linear
+  layer to PyTorch's dynamic int8 quantization (fbgemm kernels, one weight
+  scale per output channel, activations quantized per call). Decoding on a
+  CPU is bound by reading the weights: on an AVX2 CPU without native bf16 a
+  0.5B model decodes ~3x faster at batch 1 and ~5x at batch 8 than in
+  float32 (``make bench``). The offline GGUF weights are 4-bit already, so
+  8 bits per channel adds little error; but activation scales are taken
+  over the whole batch, so, as in bf16, a row's rounding depends on its
+  batch-mates (float32 is exact under batching).
 * JSON-schema-constrained decoding uses xgrammar's transformers logits
   processor (``xgrammar.contrib.hf``), when the optional extra
   ``constrained`` is installed; without it the schema is ignored and
@@ -212,6 +221,23 @@ def _effective_dtype(dtype: str, device: str) -> str:
     return dtype
 
 
+def _quantize_linear_int8(model: Any) -> Any:
+    """Every ``nn.Linear`` as a dynamically quantized int8 layer, one weight scale per output channel.
+
+    ``torch.ao.quantization.quantize_dynamic`` is deprecated in favour of
+    torchao, but it ships with torch and its fbgemm kernels are the fast
+    path on x86 CPUs; the warning it prints is silenced here.
+    """
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
+
+
 def _constrained_library() -> str | None:
     """``xgrammar==<version>`` when the optional extra is installed, else ``None``."""
     try:
@@ -284,7 +310,8 @@ class TransformersBackend:
             ``smollm2-135m``; see :func:`clag.assets.resolve_gguf`).
         gguf_file: GGUF file name inside ``model`` when ``model`` is a folder or Hub id.
         dtype: ``bfloat16`` (falls back to ``float32`` without native
-            support), ``float32``, ``float16`` or ``auto``.
+            support), ``float32``, ``float16``, ``auto``, or ``int8``
+            (CPU: float32 weights, linear layers dynamically quantized).
         device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (accelerate's device map).
         prompt_format: ``chat`` (one user message through the chat template)
             or ``raw`` (the text as is, like the authors' SGLang ``/generate``).
@@ -309,6 +336,8 @@ class TransformersBackend:
         check_prompt_format(prompt_format)
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if dtype == "int8" and device != "cpu":
+            raise ValueError(f"dtype int8 (dynamic quantization) runs on the CPU only, not on {device}")
         self.model_name = model
         self.source = ModelSource.resolve(model, gguf_file)
         self.dtype = dtype
@@ -353,10 +382,12 @@ class TransformersBackend:
             self.source.location,
             gguf_file=self.source.gguf_file,
             revision=self.revision,
-            dtype=dtype if dtype == "auto" else getattr(torch, dtype),
+            dtype={"auto": "auto", "int8": torch.float32}.get(dtype) or getattr(torch, dtype),
             device_map=self.device,
-        )
-        return model.eval()
+        ).eval()
+        if dtype == "int8":
+            model = _quantize_linear_int8(model)
+        return model
 
     # -- identity ----------------------------------------------------------------
 
