@@ -219,7 +219,7 @@ def test_optional_backends_that_fail_or_are_absent_are_skipped_with_a_note(monke
 def test_demo_slice_overrides_compose_to_the_demo_slice(tmp_path: Path, features_off: bool) -> None:
     cfg = bench._compose(bench.demo_slice_overrides("amem", "bioasq", tmp_path, features_off))
     assert cfg.limit.episode_ids == list(cfg.dataset.demo.episode_ids)
-    assert cfg.limit["items"] == cfg.dataset.demo["items"] == 6  # `.items` is the mapping method
+    assert cfg.limit["items"] == cfg.dataset.demo["items"] == 4  # `.items` is the mapping method
     assert cfg.cache.enabled is False and cfg.run_dir == str(tmp_path / "runs" / ("off" if features_off else "on"))
     serial = (cfg.model.backend.batch_size, cfg.runner.concurrent_episodes, cfg.runner.answer_batch_size)
     assert (serial == (1, 1, 1)) is features_off

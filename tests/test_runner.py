@@ -144,10 +144,11 @@ def test_bad_data_file_gives_one_line_error(tmp_path, data_dir, damage):
 
 
 def test_concurrent_episodes_match_sequential(tmp_path):
-    """Four BioASQ memories side by side give the sequential run's predictions.
+    """Three BioASQ memories side by side give the sequential run's predictions.
 
-    In float32: bf16 matmuls of a padded batch round differently from a single
-    sequence, which can flip a near-tie greedy token (see README, Throughput).
+    In float32: bf16 matmuls and int8 activation scales of a padded batch round
+    differently from a single sequence, which can flip a near-tie greedy token
+    (see README, Throughput).
     """
     common = ["method=rag", "dataset=bioasq", "scale=demo", "runner.progress=false", "model.backend.dtype=float32"]
     runs = {}
@@ -161,5 +162,5 @@ def test_concurrent_episodes_match_sequential(tmp_path):
             ]
         )
         runs[workers] = {r["question_id"]: (r["prediction"], r["retrieved_ids"]) for r in read_rows(run_dir)}
-    assert len(runs[1]) == 5
+    assert len(runs[1]) == 3
     assert runs[4] == runs[1]

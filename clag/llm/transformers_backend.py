@@ -235,7 +235,10 @@ def _quantize_linear_int8(model: Any) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
+        # in place: a copy would hold the float32 weights twice at the peak
+        return torch.ao.quantization.quantize_dynamic(
+            model, {torch.nn.Linear: qconfig}, dtype=torch.qint8, inplace=True
+        )
 
 
 def _constrained_library() -> str | None:
