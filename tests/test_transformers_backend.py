@@ -22,8 +22,10 @@ from clag.llm.transformers_backend import (
     PromptRepetitionPenalty,
     SeededSampler,
     TransformersBackend,
+    dequantized_checkpoint,
     file_sha256,
     length_sorted_batches,
+    memo_folder,
     row_seed,
 )
 
@@ -98,6 +100,30 @@ def test_file_sha256_is_memoised_and_refreshed_when_the_file_changes(tmp_path: P
     weights.write_bytes(b"abcd")
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert file_sha256(weights) == "88d4266fd4e6338d13b845fcf289579d209c897823b9217da3e161936f031589"
+
+
+def test_memo_folder_is_written_once_and_rebuilt_when_the_file_changes(tmp_path: Path) -> None:
+    weights = tmp_path / "m.gguf"
+    weights.write_bytes(b"abc")
+    calls: list[Path] = []
+
+    def save(folder: Path) -> None:
+        calls.append(folder)
+        (folder / "data").write_text(str(len(calls)))
+
+    memo = memo_folder(weights, "float32", save)
+    assert memo == tmp_path / "m.gguf.float32" and (memo / "data").read_text() == "1"
+    assert memo_folder(weights, "float32", save) == memo and len(calls) == 1  # reused, not rebuilt
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert (memo_folder(weights, "float32", save) / "data").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf", "m.gguf.float32"]  # no scratch left
+
+    def full_disk(folder: Path) -> None:
+        raise OSError("No space left on device")
+
+    assert memo_folder(weights, "tokenizer", full_disk) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf", "m.gguf.float32"]
 
 
 def test_model_source_resolution(tmp_path: Path) -> None:
@@ -203,3 +229,23 @@ def test_int8_quantized_model_answers_like_float32(small: TransformersBackend) -
     model = quantized._loaded(with_model=True).model
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
     assert quantized.identity()["dtype"] == "int8" and quantized.identity() != small.identity()
+
+
+@pytest.mark.model
+def test_dequantized_checkpoint_holds_exactly_the_gguf_weights(tmp_path: Path) -> None:
+    """The saved float32 checkpoint that replaces the slow GGUF parse on every later load."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from clag.assets import resolve_gguf
+
+    gguf = Path(shutil.copy(resolve_gguf("smollm2-135m"), tmp_path))
+    folder = dequantized_checkpoint(gguf)
+    assert folder == tmp_path / f"{gguf.name}.float32"
+    saved = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    direct = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=gguf.name, dtype=torch.float32).state_dict()
+    assert saved.keys() == direct.keys()
+    assert all(torch.equal(saved[name], direct[name]) for name in direct)
+    written = (folder / "model.safetensors").stat().st_mtime_ns
+    assert dequantized_checkpoint(gguf) == folder and (folder / "model.safetensors").stat().st_mtime_ns == written
