@@ -158,8 +158,9 @@ def load_gguf_tokenizer(path: Path) -> Any:
     def save(folder: Path) -> None:
         AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(folder)
 
-    folder = memo_folder(path, "tokenizer", save)
-    return AutoTokenizer.from_pretrained(folder) if folder else AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    if folder := memo_folder(path, "tokenizer", save):
+        return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
 def dequantized_checkpoint(path: Path) -> Path | None:
