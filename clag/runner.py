@@ -118,11 +118,11 @@ def build_embedder(cfg: DictConfig) -> Embedder:
     return _EMBEDDERS[key]
 
 
-def build_backend(model_cfg: DictConfig, concurrent: bool = False) -> LLMBackend:
+def build_backend(model_cfg: DictConfig, concurrent: bool = False, coalesce_wait_s: float = 1.0) -> LLMBackend:
     """The configured backend (weights are loaded once per process by the backend
     itself), behind a :class:`CoalescingBackend` when episodes run concurrently."""
     backend = instantiate(model_cfg.backend)
-    return CoalescingBackend(backend) if concurrent else backend
+    return CoalescingBackend(backend, max_wait_s=coalesce_wait_s) if concurrent else backend
 
 
 def build_client(backend: LLMBackend, model_cfg: DictConfig, cache_cfg: DictConfig) -> LLMClient:
@@ -204,7 +204,7 @@ def execute(spec: RunSpec) -> Path:
         episode_ids=cfg.limit.episode_ids,
     )
     workers = max(1, min(int(cfg.runner.concurrent_episodes), len(episodes)))
-    backend = build_backend(cfg.model, concurrent=workers > 1)
+    backend = build_backend(cfg.model, concurrent=workers > 1, coalesce_wait_s=float(cfg.runner.coalesce_wait_s))
     embedder = build_embedder(cfg.embedder)
     if cfg.runner.warmup:
         # Loads the weights and compiles kernels outside every timed question.
@@ -240,6 +240,14 @@ def execute(spec: RunSpec) -> Path:
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(scoped, episodes))
+        assert isinstance(backend, CoalescingBackend)
+        if backend.batches:
+            log.info(
+                "%d LLM requests of %d concurrent episodes went out in %d batches",
+                backend.merged_requests,
+                workers,
+                backend.batches,
+            )
 
     rows = [predictions.rows[q.id] for ep in episodes for q in ep.questions if q.id in predictions.rows]
     settings = MetricSettings(

@@ -38,10 +38,13 @@ class CoalescingBackend:
 
     Args:
         backend: The real backend.
-        max_wait_s: Longest wait for other clients before generating alone.
+        max_wait_s: Longest wait for other clients before generating alone. It
+            must cover the work a client does between two calls (parsing,
+            embedding, search, a cache write: ~0.1 s here); shorter, and the
+            first caller goes alone while the rest queue behind it.
     """
 
-    def __init__(self, backend: LLMBackend, max_wait_s: float = 0.05) -> None:
+    def __init__(self, backend: LLMBackend, max_wait_s: float = 1.0) -> None:
         self.backend = backend
         self.max_wait_s = max_wait_s
         self._lock = threading.Condition()
