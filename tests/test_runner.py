@@ -150,7 +150,15 @@ def test_concurrent_episodes_match_sequential(tmp_path):
     differently from a single sequence, which can flip a near-tie greedy token
     (see README, Throughput).
     """
-    common = ["method=rag", "dataset=bioasq", "scale=demo", "runner.progress=false", "model.backend.dtype=float32"]
+    common = [
+        "method=rag",
+        "dataset=bioasq",
+        "limit.episode_ids=[5,6,7]",  # three chunks cut to 4 sentences, one question each with evidence there
+        "limit.items=4",
+        "limit.questions=1",
+        "runner.progress=false",
+        "model.backend.dtype=float32",
+    ]
     runs = {}
     for workers in (1, 4):
         run_dir = run_with_overrides(
