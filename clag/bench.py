@@ -80,8 +80,8 @@ LLM_PROMPTS = tuple(
     )
 )
 # Section 7: the demo slice timed with the throughput features off, then on (A-mem: two LLM calls per
-# item, one of them long; BioASQ's demo slice has 4 independent episodes to ingest side by side).
-BEFORE_AFTER = {"method": "amem", "dataset": "bioasq"}
+# item, one of them long; LoCoMo's demo slice has 2 conversations to ingest side by side).
+BEFORE_AFTER = {"method": "amem", "dataset": "locomo"}
 FEATURES_OFF = ("model.backend.batch_size=1", "runner.concurrent_episodes=1", "runner.answer_batch_size=1")
 # (backend label, model config, module it needs); the first is the default path, the others optional extras
 BACKENDS = (("transformers", "qwen2.5-0.5b", "transformers"), ("llama.cpp", "llamacpp", "llama_cpp"))
@@ -769,7 +769,7 @@ def render_report(results: dict[str, Any]) -> str:
             + ", ".join(f"`{o}`" for o in FEATURES_OFF)
             + " (every call one sequence, episodes one after another); the second run is the demo's own "
             "setting (batches of up to 8, the slice's episodes ingested side by side). Predictions may differ "
-            "where a padded bf16 batch flips a near-tie greedy token (see the README).",
+            "where a padded int8 or bf16 batch flips a near-tie greedy token (see the README).",
             "",
             markdown_table(results["before_after"], SLICE_COLUMNS),
             "",

@@ -217,7 +217,7 @@ def test_optional_backends_that_fail_or_are_absent_are_skipped_with_a_note(monke
 
 @pytest.mark.parametrize("features_off", [True, False])
 def test_demo_slice_overrides_compose_to_the_demo_slice(tmp_path: Path, features_off: bool) -> None:
-    cfg = bench._compose(bench.demo_slice_overrides("amem", "bioasq", tmp_path, features_off))
+    cfg = bench._compose(bench.demo_slice_overrides(**bench.BEFORE_AFTER, workdir=tmp_path, features_off=features_off))
     assert cfg.limit.episode_ids == list(cfg.dataset.demo.episode_ids)
     assert cfg.limit["items"] == cfg.dataset.demo["items"] == 4  # `.items` is the mapping method
     assert cfg.cache.enabled is False and cfg.run_dir == str(tmp_path / "runs" / ("off" if features_off else "on"))
