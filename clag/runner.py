@@ -240,13 +240,12 @@ def execute(spec: RunSpec) -> Path:
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(scoped, episodes))
-        assert isinstance(backend, CoalescingBackend)
-        if backend.batches:
+        if batches := getattr(backend, "batches", 0):  # the coalescer's (or a wrapper's) counters
             log.info(
                 "%d LLM requests of %d concurrent episodes went out in %d batches",
                 backend.merged_requests,
                 workers,
-                backend.batches,
+                batches,
             )
 
     rows = [predictions.rows[q.id] for ep in episodes for q in ep.questions if q.id in predictions.rows]

@@ -69,7 +69,7 @@ def test_timed_backend_adds_up_calls_and_delegates() -> None:
 
 def test_runner_backends_are_wrapped_only_inside_the_context(monkeypatch) -> None:
     scripted = echo_backend()
-    monkeypatch.setattr(runner, "build_backend", lambda model_cfg, concurrent=False: scripted)
+    monkeypatch.setattr(runner, "build_backend", lambda model_cfg, concurrent=False, coalesce_wait_s=1.0: scripted)
     with bench.timed_runner_backends() as built:
         backend = runner.build_backend(None)
         backend.generate(["q"], GenerationConfig())
