@@ -69,11 +69,18 @@ def test_timed_backend_adds_up_calls_and_delegates() -> None:
 
 def test_runner_backends_are_wrapped_only_inside_the_context(monkeypatch) -> None:
     scripted = echo_backend()
-    monkeypatch.setattr(runner, "build_backend", lambda model_cfg, concurrent=False, coalesce_wait_s=1.0: scripted)
+    received = []
+
+    def build(model_cfg, concurrent=False, coalesce_wait_s=1.0):
+        received.append((concurrent, coalesce_wait_s))
+        return scripted
+
+    monkeypatch.setattr(runner, "build_backend", build)
     with bench.timed_runner_backends() as built:
-        backend = runner.build_backend(None)
+        backend = runner.build_backend(None, concurrent=True, coalesce_wait_s=0.5)  # as the runner calls it
         backend.generate(["q"], GenerationConfig())
     assert built == [backend] and backend.backend is scripted and backend.calls == 1
+    assert received == [(True, 0.5)]
     assert runner.build_backend(None) is scripted
 
 
