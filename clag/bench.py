@@ -272,8 +272,8 @@ def timed_runner_backends() -> Iterator[list[TimedBackend]]:
     built: list[TimedBackend] = []
     original = runner.build_backend
 
-    def build(model_cfg: Any, concurrent: bool = False, coalesce_wait_s: float = 1.0) -> TimedBackend:
-        built.append(TimedBackend(original(model_cfg, concurrent, coalesce_wait_s)))
+    def build(*args: Any, **kwargs: Any) -> TimedBackend:  # whatever the runner passes, passed on
+        built.append(TimedBackend(original(*args, **kwargs)))
         return built[-1]
 
     with mock.patch.object(runner, "build_backend", build):

@@ -155,12 +155,12 @@ def load_gguf_tokenizer(path: Path) -> Any:
     """The tokenizer of a GGUF file, through its saved copy ``<file>.tokenizer/``."""
     from transformers import AutoTokenizer
 
-    def save(folder: Path) -> None:
-        AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(folder)
+    def from_gguf() -> Any:
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
-    if folder := memo_folder(path, "tokenizer", save):
+    if folder := memo_folder(path, "tokenizer", lambda scratch: from_gguf().save_pretrained(scratch)):
         return AutoTokenizer.from_pretrained(folder)
-    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return from_gguf()
 
 
 def dequantized_checkpoint(path: Path) -> Path | None:
