@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +121,9 @@ class CallCache:
 
     def __len__(self) -> int:
         return self._connect().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+
+    def entries(self) -> Iterator[tuple[str, Completion]]:
+        """Every stored call, by key (the export of :mod:`clag.llm.cache_shards`)."""
+        rows = self._connect().execute("SELECT key, text, prompt_tokens, completion_tokens FROM calls ORDER BY key")
+        for key, text, prompt_tokens, completion_tokens in rows:
+            yield key, Completion(text, prompt_tokens, completion_tokens)
