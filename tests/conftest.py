@@ -1,4 +1,4 @@
-"""Shared test setup: the real data folder, and offline, quiet libraries."""
+"""Shared test setup: the real data folder (CLAG_DATA_DIR), and offline, quiet libraries."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))  # tests/scripted_llm.py
 
-os.environ.setdefault("CLAG_DATA_DIR", str((ROOT.parent / "shared" / "data").resolve()))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -22,7 +20,11 @@ os.environ.setdefault("CLAG_RUNS_DIR", tempfile.mkdtemp(prefix="clag-test-runs-"
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
+    """The benchmark data root, from CLAG_DATA_DIR (``make test`` exports it; CI sets its own)."""
+    if not os.environ.get("CLAG_DATA_DIR"):
+        pytest.fail("CLAG_DATA_DIR is not set: run the tests with `make test`, or `make data` and then "
+                    "`CLAG_DATA_DIR=$PWD/data pytest ...` (see README: Data)")
     path = Path(os.environ["CLAG_DATA_DIR"])
     if not (path / "locomo" / "locomo10.json").exists():
-        pytest.fail(f"CLAG_DATA_DIR={path} does not hold the benchmark data (see README: Data)")
+        pytest.fail(f"CLAG_DATA_DIR={path} does not hold the benchmark data: run `make data` (see README: Data)")
     return path

@@ -1,12 +1,11 @@
 """Dataset loaders, slicing, error messages, and the BioASQ derivation / fetch checks.
 
-Counts are those of ``shared/data/README.md``; no test touches the network.
+Counts are those of ``data/README.md``; no test touches the network.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,11 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
-def data_dir(monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The shared data root; CLAG_DATA_DIR is set to ../shared/data when the environment has none."""
-    root = os.environ.get("CLAG_DATA_DIR") or str(REPO.parent / "shared" / "data")
-    monkeypatch.setenv("CLAG_DATA_DIR", root)
-    return Path(root)
+def _needs_data(data_dir: Path) -> None:
+    """Every test here reads the data root of CLAG_DATA_DIR; the conftest fixture names what is missing."""
 
 
 # --- counts ------------------------------------------------------------------------------------------------
@@ -294,3 +290,24 @@ def test_fetch_script_checks_a_complete_root(data_dir: Path):
                            str(data_dir)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "all 10 files verified" in done.stderr
+
+
+@pytest.mark.parametrize("as_url", [False, True])
+def test_fetch_from_a_local_mirror_fills_a_fresh_root(data_dir: Path, tmp_path: Path, as_url: bool):
+    """``--source`` reads a copy laid out like the data root (what `make data DATA_SOURCE=...` does offline)."""
+    source = data_dir.as_uri() if as_url else str(data_dir)
+    dest = tmp_path / "data"
+    assert fetch.main(["--dest", str(dest), "--source", source]) == 0
+    assert fetch.fetch(dest, check_only=True) == []
+    assert fetch.source_url(fetch.DOWNLOADS[0], source) == f"{data_dir.as_uri()}/locomo/locomo10.json"
+
+
+def test_fetch_from_a_mirror_keeps_no_file_with_a_wrong_sha256(data_dir: Path, tmp_path: Path):
+    mirror = tmp_path / "mirror"
+    shutil.copytree(data_dir, mirror)
+    (mirror / fetch.DOWNLOADS[0].path).chmod(0o644)
+    (mirror / fetch.DOWNLOADS[0].path).write_bytes(b"[]")
+    problems = fetch.fetch(tmp_path / "data", source=mirror)
+    assert problems == [f"{fetch.DOWNLOADS[0].path}: downloaded file has sha256 "
+                        f"{fetch.sha256_bytes(b'[]')}, expected {fetch.DOWNLOADS[0].sha256}; not saved"]
+    assert not (tmp_path / "data" / fetch.DOWNLOADS[0].path).exists()

@@ -2,10 +2,16 @@
 
 For users with the network; everything here also works offline on a data
 root that already holds the files (it then only verifies and builds). The
-URLs are pinned to the commits named in ``shared/data/README.md`` so that the
-sha256 values below keep matching; a file that does not match is never kept.
+URLs are pinned to the commits named in ``data/README.md`` so that the sha256
+values below keep matching; a file that does not match is never kept.
 
-Run it as ``python scripts/fetch_data.py [--dest DIR] [--check]``.
+``--source`` replaces the public URLs with a mirror laid out like the data
+root (a folder, or any ``file://`` / ``https://`` base URL): a lab's copy, or
+a machine without the network that has the files elsewhere. The mirror's
+files pass the same sha256 checks.
+
+Run it as ``python scripts/fetch_data.py [--dest DIR] [--source DIR_OR_URL] [--check]``
+(``make data`` does, into the folder the Makefile reads).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ class DataFile:
 
     Attributes:
         path: Path relative to the data root.
-        sha256: Expected digest (from ``shared/data/README.md``).
+        sha256: Expected digest (from ``data/README.md``).
         url: Where to download it; empty for files built here.
     """
 
@@ -100,17 +106,30 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def download(root: Path, entry: DataFile, timeout: float = 60.0) -> str | None:
+def source_url(entry: DataFile, source: str | Path | None = None) -> str:
+    """Where to get ``entry``: its public URL, or the same relative path under the mirror ``source``.
+
+    A folder becomes a ``file://`` URL, so one download path serves every mirror.
+    """
+    if source is None or str(source) == "":
+        return entry.url
+    text = str(source)
+    base = text if "://" in text else Path(text).expanduser().resolve().as_uri()
+    return f"{base.rstrip('/')}/{entry.path}"
+
+
+def download(root: Path, entry: DataFile, timeout: float = 60.0, source: str | Path | None = None) -> str | None:
     """Download ``entry`` unless it is already present and valid; ``None`` on success, else the problem."""
     if check_file(root, entry) is None:
         logger.info("ok (present)  %s", entry.path)
         return None
+    url = source_url(entry, source)
     try:
-        with urllib.request.urlopen(entry.url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             data = response.read()
     except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError is an OSError
         reason = getattr(exc, "reason", exc)
-        return f"{entry.path}: could not download {entry.url} ({reason})"
+        return f"{entry.path}: could not download {url} ({reason})"
     digest = sha256_bytes(data)
     if digest != entry.sha256:
         return f"{entry.path}: downloaded file has sha256 {digest}, expected {entry.sha256}; not saved"
@@ -137,14 +156,16 @@ def build_bioasq(root: Path) -> list[str]:
     return problems
 
 
-def fetch(root: Path, *, check_only: bool = False, timeout: float = 60.0) -> list[str]:
+def fetch(root: Path, *, check_only: bool = False, timeout: float = 60.0,
+          source: str | Path | None = None) -> list[str]:
     """Make ``root`` hold every file with the right sha256; returns the problems left (empty = done).
 
     With ``check_only`` nothing is downloaded or written: the files are only verified.
+    ``source`` names a mirror to read instead of the public URLs (see :func:`source_url`).
     """
     if check_only:
         return [p for entry in (*DOWNLOADS, *DERIVED.values()) if (p := check_file(root, entry))]
-    problems = [p for entry in DOWNLOADS if (p := download(root, entry, timeout))]
+    problems = [p for entry in DOWNLOADS if (p := download(root, entry, timeout, source))]
     golden_problems = [p for p in problems if p.startswith(_GOLDEN_DIR)]
     if golden_problems:
         problems += [f"{entry.path}: not built (golden files missing)" for entry in DERIVED.values()]
@@ -160,12 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dest", type=Path, default=Path(os.environ.get(DATA_DIR_ENV) or "data"),
                         help=f"data root to fill (default: ${DATA_DIR_ENV} or ./data)")
+    parser.add_argument("--source", help="mirror laid out like the data root (a folder or a file:// or https:// "
+                        "base URL) to read instead of the public sources; its files are checked the same way")
     parser.add_argument("--check", action="store_true", help="only verify the files' sha256, no download")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per download")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        problems = fetch(args.dest, check_only=args.check, timeout=args.timeout)
+        problems = fetch(args.dest, check_only=args.check, timeout=args.timeout, source=args.source)
     except OSError as exc:  # e.g. the destination is not writable
         problems = [f"cannot use {args.dest}: {exc}"]
     for problem in problems:

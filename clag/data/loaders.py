@@ -92,7 +92,7 @@ class DatasetSpec:
         return self.variants[chosen]
 
 
-#: The registry of datasets (name -> spec); the file layout is the one of ``shared/data/README.md``.
+#: The registry of datasets (name -> spec); the file layout is the one of ``data/README.md``.
 DATASETS: dict[str, DatasetSpec] = {
     "locomo": DatasetSpec("locomo", {"default": Source("locomo/locomo10.json", "evidence")}),
     "hotpotqa": DatasetSpec("hotpotqa", {"default": Source("hotpotqa/hotpot_200.json", "gold_turn_ids")}),
@@ -119,7 +119,7 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path:
         data_dir = os.environ.get(DATA_DIR_ENV)
     if not data_dir:
         raise DatasetError(f"no data directory: set {DATA_DIR_ENV} to the data root "
-                           "or run scripts/fetch_data.py to download the files")
+                           "or run `make data` (scripts/fetch_data.py) to download the files into data/")
     return Path(data_dir).expanduser()
 
 
@@ -223,7 +223,7 @@ def _read_json(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DatasetError(f"{path}: file not found; set {DATA_DIR_ENV} to the data root "
-                           "or run scripts/fetch_data.py") from None
+                           "or run `make data` (scripts/fetch_data.py)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: cannot read file: {exc}") from None
     try:

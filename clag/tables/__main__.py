@@ -1,11 +1,14 @@
 """``python -m clag.tables``: render every paper table from the finished runs.
 
     python -m clag.tables                               # runs/ -> results/tables/
+    python -m clag.tables --out results/demo            # what `make demo` does
     python -m clag.tables --runs /data/runs --out /tmp/tables --only 1 2 10
     python -m clag.tables --judge none                  # Tables 13-14 without the LLM judge
     python -m clag.tables --stand-in qwen3-0.6b=my-model
 
-The runs folder defaults to ``$CLAG_RUNS_DIR`` or ``runs``, as the runner's.
+The runs folder defaults to ``$CLAG_RUNS_DIR`` or ``runs``, as the runner's. Both
+``results/tables/`` and ``results/demo/`` are gitignored, so rendering never dirties
+the working tree; the committed tables are ``results/reference/`` (``make reference``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ log = logging.getLogger("clag.tables")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m clag.tables", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=Path(os.environ.get("CLAG_RUNS_DIR", "runs")))
-    parser.add_argument("--out", type=Path, default=Path("results/tables"))
+    parser.add_argument("--out", type=Path, default=Path("results/tables"),
+                        help="folder for the tables and plots (default: results/tables, gitignored)")
     parser.add_argument("--only", type=int, nargs="*", help="table numbers to render (default: all)")
     parser.add_argument("--judge", help="model config name of the failure judge, or 'none' (default: from the specs)")
     parser.add_argument(
