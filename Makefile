@@ -10,13 +10,16 @@ export CLAG_DATA_DIR ?= $(abspath data)
 DATA_SOURCE ?=
 # Where `make tables` writes (gitignored); `make demo` writes results/demo/
 TABLES_DIR ?= results/tables
+# The reference run's folder (committed: run folders, tables, call-cache shards) and extra overrides
+REFERENCE := results/reference
+REFERENCE_ARGS ?=
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
 # Episodes ingested side by side by `make reproduce` (their LLM calls share GPU batches)
 EPISODES_IN_PARALLEL ?= 10
 
 .DEFAULT_GOAL := help
-.PHONY: help install data demo test test-fast lint run tables bench reproduce notebook clean
+.PHONY: help install data reference demo test test-fast lint run tables bench reproduce notebook clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -38,6 +41,16 @@ data: ## Fetch the benchmark data into $CLAG_DATA_DIR (default data/), sha256-ch
 demo: install data ## Main job: every method on real slices of the 3 datasets, then the tables into results/demo/
 	$(PY) -m clag.run -m experiment=demo
 	$(MAKE) tables TABLES_DIR=results/demo
+
+reference: install ## Reference-scale run (hours on a CPU; resumes from results/reference/), then its tables
+	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
+	status=0; \
+	for e in reference reference_ablations; do \
+		$(PY) -m clag.run -m experiment=$$e $(REFERENCE_ARGS) || { status=$$?; break; }; \
+	done; \
+	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
+	exit $$status
+	$(PY) -m clag.tables --runs $(REFERENCE)/runs --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
 
 test: install ## Run the whole test suite (real offline model included)
 	$(PY) -m pytest -q
