@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from clag.answer import KEYWORDS_SCHEMA, keywords_prompt
 from clag.llm.json_parse import is_placeholder, parse_json_object
 from clag.memory.agentic import NOTE_SCHEMA
 
@@ -134,6 +135,9 @@ def test_missing_required_key_fails_but_extra_keys_pass() -> None:
         ("Keyword 2", True),
         ("tag_1", True),
         ("topic-3", True),
+        ("keyword1, keyword2, keyword3", True),  # the keyword prompt's own example
+        ("tag_1; tag_2", True),
+        ("Paris, keyword2", False),  # a real part keeps the string
         ("your one-sentence summary here", True),
         ("The short description goes here", True),
         ("", True),
@@ -144,6 +148,7 @@ def test_missing_required_key_fails_but_extra_keys_pass() -> None:
         ([], False),  # an empty list can be an answer (no cluster picked)
         ("Paris", False),
         ("tag", False),
+        ("1, 2, 3", False),
         ("Caroline went to a support group.", False),
         (["tag_1", "travel"], False),
         (3, False),
@@ -151,3 +156,12 @@ def test_missing_required_key_fails_but_extra_keys_pass() -> None:
 )
 def test_is_placeholder(value: object, expected: bool) -> None:
     assert is_placeholder(value) is expected
+
+
+def test_the_keyword_prompts_own_example_is_rejected() -> None:
+    """The example line of ``keywords_prompt`` echoed back is a failure, not a query."""
+    example = keywords_prompt("Where did Caroline go?").rsplit("\n", 1)[-1]
+    assert parse_json_object(example, KEYWORDS_SCHEMA) is None
+    assert parse_json_object('{"keywords": "Caroline, support group"}', KEYWORDS_SCHEMA) == {
+        "keywords": "Caroline, support group"
+    }

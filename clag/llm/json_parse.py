@@ -27,6 +27,7 @@ _PLACEHOLDER = re.compile(
     r"|^\.\.\.$|^<.*>$",
     re.IGNORECASE,
 )
+_LIST_SEPARATOR = re.compile(r"[,;]")
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
@@ -41,10 +42,18 @@ def strip_think(text: str) -> str:
 
 
 def is_placeholder(value: Any) -> bool:
-    """True for empty strings and echoed template placeholders."""
+    """True for empty strings and echoed template placeholders.
+
+    A string listing placeholders only ("keyword1, keyword2, keyword3", the
+    keyword prompt's own example) is one too: a string field that holds a
+    list is checked part by part, as a list field would be.
+    """
     if isinstance(value, str):
         text = value.strip()
-        return not text or bool(_PLACEHOLDER.search(text))
+        if not text or _PLACEHOLDER.search(text):
+            return True
+        parts = [part.strip() for part in _LIST_SEPARATOR.split(text)]
+        return len(parts) > 1 and all(not part or _PLACEHOLDER.search(part) for part in parts)
     if isinstance(value, list):
         return bool(value) and all(is_placeholder(v) for v in value)
     return False
@@ -69,7 +78,7 @@ def _coerce(field: Any, spec: Mapping[str, Any]) -> Any:
         return str(field)
     if kind == "array" and spec.get("items", {}).get("type") == "string":
         if isinstance(field, str):
-            field = [part.strip() for part in re.split(r"[,;]", field) if part.strip()]
+            field = [part.strip() for part in _LIST_SEPARATOR.split(field) if part.strip()]
         if isinstance(field, list):
             real = [item for item in field if not _echoed(item, spec["items"])]
             return real if real else field
