@@ -12,8 +12,10 @@ ROUGE-1/2/L, BERTScore F1, SBERT cosine, all as the CLAG authors compute
 them; and LoCoMo's official F1 as ``f1_official``. Evidence metrics
 (``clag.metrics.evidence``): E-Prec, E-Recall, E-F1, R@5, R@10, nDCG@10.
 Aggregation (``clag.metrics.aggregate``): micro means overall and per
-category with seeded 95% bootstrap intervals, latency mean/p50/p95, and a
-paired bootstrap test. Every value is a fraction in [0, 1] (SBERT, and
+category (and, for LoCoMo, over categories 1-4 and 1-5 apart) with seeded
+95% bootstrap intervals, latency mean/p50/p95, and a paired bootstrap test.
+Agreement (``clag.metrics.agreement``): Cohen's kappa, for the two LLM-judge
+prompts of ``clag.judge``. Every value is a fraction in [0, 1] (SBERT, and
 BERTScore with a proxy model such as MiniLM, are cosines that can in
 principle dip below 0; they are kept as the libraries return them); tables
 multiply by 100.
@@ -40,7 +42,8 @@ which needs the Hub; offline the shipped all-MiniLM-L6-v2 (layer 6) is a
 proxy, and ``aggregate_rows(...)["settings"]`` records which one was used.
 """
 
-from clag.metrics.aggregate import aggregate_rows, paired_bootstrap, spread, summarize
+from clag.metrics.aggregate import JUDGE_KEYS, aggregate_rows, answer_tables, paired_bootstrap, spread, summarize
+from clag.metrics.agreement import cohen_kappa
 from clag.metrics.answer import ANSWER_KEYS
 from clag.metrics.evidence import EVIDENCE_KEYS, evidence_scores
 from clag.metrics.scoring import score_rows
@@ -49,8 +52,11 @@ from clag.metrics.settings import MetricSettings
 __all__ = [
     "ANSWER_KEYS",
     "EVIDENCE_KEYS",
+    "JUDGE_KEYS",
     "MetricSettings",
     "aggregate_rows",
+    "answer_tables",
+    "cohen_kappa",
     "evidence_scores",
     "paired_bootstrap",
     "score_rows",

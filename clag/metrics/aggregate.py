@@ -4,6 +4,12 @@ With a 0.6B model a one-point difference may be noise, so every mean comes
 with a seeded 95% percentile-bootstrap interval over questions, and two runs
 on the same questions are compared with a paired bootstrap test. The overall
 mean is the paper's micro mean over all questions, category 5 included.
+
+LoCoMo's overall score circulates over two denominators: categories 1-5
+(the CLAG paper's Table 1: each of its LoCoMo values is the question-weighted
+mean of the five Table 3 categories) and 1-4 (mem0's "J" and most memory
+papers since, which leave the adversarial category out). ``overall_sets``
+gives both, so neither is mistaken for the other.
 """
 
 from __future__ import annotations
@@ -17,7 +23,14 @@ from clag.metrics.evidence import EVIDENCE_KEYS
 from clag.metrics.scoring import category_label, category_number
 from clag.metrics.settings import MetricSettings
 
-SUMMARY_KEYS = ANSWER_KEYS + ("f1_official", "adversarial_official")
+JUDGE_KEYS = ("j_lenient", "j_strict")
+"""LLM-judge accuracy per prompt (``clag.judge``); absent from rows until a judge ran."""
+SUMMARY_KEYS = ANSWER_KEYS + ("f1_official", "adversarial_official") + JUDGE_KEYS
+CATEGORY_SETS: dict[str, dict[str, tuple[int, ...]]] = {"locomo": {"1-4": (1, 2, 3, 4), "1-5": (1, 2, 3, 4, 5)}}
+"""Per dataset, the category subsets whose overall means ``metrics.json`` reports under ``overall_sets``."""
+MIN_INTERVAL_N = 10
+"""Below this many questions a percentile interval is mostly noise (one question gives ``[x, x]``),
+so printed results show ``n=K`` instead of it."""
 LATENCY_KEYS = ("retrieval_ms", "e2e_ms")
 _CHUNK = 256  # resamples drawn at a time, bounding memory to _CHUNK x n indices
 
@@ -39,6 +52,19 @@ def summarize(values: Sequence[float], samples: int = 1000, seed: int = 0) -> di
         return {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
     low, high = np.percentile(bootstrap_means(values, samples, seed), [2.5, 97.5])
     return {"mean": float(np.mean(values)), "ci_low": float(low), "ci_high": float(high), "n": len(values)}
+
+
+def format_estimate(summary: dict | None, scale: float = 100.0, signed: bool = False) -> str:
+    """``mean [low, high]`` of a summary (or paired difference) for printing; ``mean (n=K)`` below
+    :data:`MIN_INTERVAL_N` questions, ``-`` when there is no mean."""
+    if not summary or summary.get("mean", summary.get("mean_diff")) is None:
+        return "-"
+    form = "{:+.2f}" if signed else "{:.2f}"
+    text = form.format(scale * summary.get("mean", summary.get("mean_diff")))
+    n = int(summary.get("n") or 0)
+    if n < MIN_INTERVAL_N or summary.get("ci_low") is None:
+        return f"{text} (n={n})"
+    return f"{text} [{form.format(scale * summary['ci_low'])}, {form.format(scale * summary['ci_high'])}]"
 
 
 def spread(values: Sequence[float]) -> dict:
@@ -105,12 +131,38 @@ def _by_category(rows: list[dict], keys: Sequence[str], settings: MetricSettings
     return {label: _metric_table(groups[label], keys, settings) for label in numeric_first}
 
 
-def aggregate_rows(scored: list[dict], settings: MetricSettings) -> dict:
+def answer_tables(rows: list[dict], settings: MetricSettings, dataset: str | None = None) -> dict:
+    """``overall``, ``by_category`` and ``overall_sets`` of the answer (and judge) metrics.
+
+    ``overall_sets`` maps each of the dataset's :data:`CATEGORY_SETS` (LoCoMo:
+    ``"1-4"``, ``"1-5"``) to the metric table over the rows in those
+    categories; it is empty for datasets without such sets.
+    """
+    sets = CATEGORY_SETS.get(dataset or "", {})
+    return {
+        "overall": _metric_table(rows, SUMMARY_KEYS, settings),
+        "by_category": _by_category(rows, SUMMARY_KEYS, settings),
+        "overall_sets": {
+            name: _metric_table(
+                [r for r in rows if category_number(r.get("category")) in wanted], SUMMARY_KEYS, settings
+            )
+            for name, wanted in sets.items()
+        },
+    }
+
+
+def aggregate_rows(scored: list[dict], settings: MetricSettings, dataset: str | None = None) -> dict:
     """Aggregate scored rows (from ``score_rows``) into the run's ``metrics.json`` body.
+
+    Args:
+        scored: Rows from ``score_rows`` (with ``j_lenient`` / ``j_strict`` when a judge ran).
+        settings: Bootstrap samples and seed, and the models to record.
+        dataset: The run's dataset name; it selects the ``overall_sets``.
 
     Returns:
         ``overall`` and ``by_category`` (category label -> metric ->
         ``{"mean", "ci_low", "ci_high", "n"}``) for the answer metrics;
+        ``overall_sets`` (see :func:`answer_tables`);
         ``evidence`` with the same over questions that have gold evidence,
         plus ``n_with_evidence`` / ``n_without_evidence``; ``latency``
         (``retrieval_ms`` and ``e2e_ms``: mean, p50, p95, n);
@@ -121,8 +173,7 @@ def aggregate_rows(scored: list[dict], settings: MetricSettings) -> dict:
     chars = _values(scored, "context_chars")
     return {
         "n": len(scored),
-        "overall": _metric_table(scored, SUMMARY_KEYS, settings),
-        "by_category": _by_category(scored, SUMMARY_KEYS, settings),
+        **answer_tables(scored, settings, dataset),
         "evidence": {
             "overall": _metric_table(with_evidence, EVIDENCE_KEYS, settings),
             "by_category": _by_category(with_evidence, EVIDENCE_KEYS, settings),
