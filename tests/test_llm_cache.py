@@ -10,7 +10,7 @@ import pytest
 
 from clag.llm import cache as cache_module
 from clag.llm.base import Completion, GenerationConfig
-from clag.llm.cache import CallCache, default_cache_path
+from clag.llm.cache import CacheError, CallCache, default_cache_path
 
 MODEL_A = {"backend": "transformers", "model": "a.gguf", "weights_sha256": "aa", "dtype": "bfloat16"}
 MODEL_B = {**MODEL_A, "model": "b.gguf", "weights_sha256": "bb"}
@@ -108,3 +108,23 @@ def test_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
     assert child.exitcode == 0
     assert cache.get("child") == Completion("from child", 1, 1)
     assert cache.get("parent") == Completion("from parent", 1, 1)
+
+
+@pytest.mark.parametrize("damage", ["text", "truncated", "folder"])
+def test_an_unusable_cache_file_is_named_with_what_to_do_and_left_as_it_was(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "calls.sqlite"
+    if damage == "text":
+        path.write_text("these are notes, not a database\n" * 20)
+    elif damage == "truncated":  # a real cache whose copy was cut short: only part of its first page
+        cache = CallCache(tmp_path / "whole.sqlite")
+        cache.put(cache.key(MODEL_A, "hello", GenerationConfig()), Completion("world", 3, 1))
+        path.write_bytes((tmp_path / "whole.sqlite").read_bytes()[:100] + b"\0" * 50)
+    else:
+        path.mkdir()
+    before = path.read_bytes() if path.is_file() else None
+    with pytest.raises(CacheError) as caught:
+        CallCache(path)
+    message = str(caught.value)
+    assert str(path) in message and "move it aside or delete it" in message and "\n" not in message
+    assert "cache.enabled=false" in message
+    assert (path.read_bytes() if path.is_file() else None) == before  # nothing written to the user's file

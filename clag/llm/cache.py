@@ -37,24 +37,48 @@ def default_cache_path() -> Path:
     return cache_dir() / "llm_cache.sqlite"
 
 
+class CacheError(RuntimeError):
+    """The cache file cannot be used (not SQLite, damaged, unreadable); the message says what to do.
+
+    The cache only holds LLM completions: moving it aside costs repeated calls,
+    never a finished prediction (those live in the run folder).
+    """
+
+    def __init__(self, path: Path, cause: BaseException) -> None:
+        super().__init__(
+            f"LLM cache {path} cannot be used ({cause}): move it aside or delete it (it only holds cached "
+            "LLM calls; finished predictions in run folders are untouched), point cache.path elsewhere, "
+            "or run with cache.enabled=false"
+        )
+        self.path = path
+
+
 class CallCache:
     """Key-value store of completions in one SQLite file (WAL mode).
 
     Args:
         path: The database file; its folder is created if needed. ``None``
             means :func:`default_cache_path`.
+
+    Raises:
+        CacheError: The file is not a usable SQLite cache (checked on open, so
+            a damaged file stops a run before any work, with one line).
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path).expanduser() if path is not None else default_cache_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._retry_locked(
-            lambda db: db.execute(
-                "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, text TEXT NOT NULL,"
-                " prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._retry_locked(
+                lambda db: db.execute(
+                    "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, text TEXT NOT NULL,"
+                    " prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)"
+                )
             )
-        )
+            self._connect().execute("SELECT key, text, prompt_tokens, completion_tokens FROM calls LIMIT 1")
+        except (sqlite3.DatabaseError, OSError) as err:
+            raise CacheError(self.path, err) from err
 
     def _connect(self) -> sqlite3.Connection:
         """This thread's connection, opened anew in a forked child."""
