@@ -75,20 +75,30 @@ class VectorIndex:
 
     @property
     def ids(self) -> list[str]:
-        """Ids currently indexed, in insertion order."""
-        return [key for key in self._ids if key in self._row]
+        """Ids currently indexed, each once, in the order they were first added."""
+        return [key for row, key in enumerate(self._ids) if self._row.get(key) == row]
 
     def add(self, ids: Sequence[str], vectors: np.ndarray) -> None:
-        """Add (or replace) vectors under the given ids."""
+        """Add vectors under the given ids; an id already present has its vector replaced in place.
+
+        A replaced id keeps its row (and so its place in :attr:`ids` and in
+        ``save()``), so re-embedding a note never duplicates it. An id given
+        twice in one call keeps its last vector, as if added one after the other.
+        """
         vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(ids), self.dim)
+        last = {key: position for position, key in enumerate(ids)}  # first-seen order, last position
+        if len(last) != len(ids):
+            ids, vectors = list(last), vectors[list(last.values())]
+        present = [key for key in ids if key in self._row]
+        if present:
+            self._index.remove_ids(faiss.IDSelectorBatch(np.array([self._row[key] for key in present], np.int64)))
+        rows = []
         for key in ids:
-            if key in self._row:
-                self.remove([key])
-        rows = np.arange(len(self._ids), len(self._ids) + len(ids), dtype=np.int64)
-        self._index.add_with_ids(vectors, rows)
-        for key, row in zip(ids, rows):
-            self._ids.append(key)
-            self._row[key] = int(row)
+            if key not in self._row:
+                self._row[key] = len(self._ids)
+                self._ids.append(key)
+            rows.append(self._row[key])
+        self._index.add_with_ids(vectors, np.array(rows, dtype=np.int64))
 
     def remove(self, ids: Collection[str]) -> None:
         rows = np.array([self._row.pop(key) for key in ids if key in self._row], dtype=np.int64)
