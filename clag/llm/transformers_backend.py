@@ -30,6 +30,12 @@ GGUF stand-in on this CPU. Design choices, and why:
   8 bits per channel adds little error; but activation scales are taken
   over the whole batch, so, as in bf16, a row's rounding depends on its
   batch-mates (float32 is exact under batching).
+* ``dtype: auto`` (the offline models' setting) picks bf16 on a CPU with
+  native bf16 (``avx512_bf16`` / ``amx_bf16`` in ``/proc/cpuinfo``) and int8
+  elsewhere, since each is the faster path on its CPU; the resolved dtype is
+  part of :meth:`TransformersBackend.identity`, so the call cache and the
+  run's provenance name what ran, and two machines never share a cached call
+  computed in another dtype.
 * JSON-schema-constrained decoding uses xgrammar's transformers logits
   processor (``xgrammar.contrib.hf``), when the optional extra
   ``constrained`` is installed; without it the schema is ignored and
@@ -207,6 +213,9 @@ class ModelSource:
             if not path.is_file():
                 raise FileNotFoundError(f"GGUF file not found: {path}")
             return cls(str(path.parent), path.name)
+        if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
+            # a Hub id never starts like a path; without this, transformers reports it as a bad repo id
+            raise FileNotFoundError(f"model folder not found: {Path(model).expanduser()} (model.backend.model)")
         return cls(model, gguf_file)
 
     @property
@@ -243,13 +252,43 @@ _LOADED: dict[tuple[str, str | None, str | None, str, str], LoadedModel] = {}
 _LOAD_LOCK = threading.Lock()
 
 
+#: ``/proc/cpuinfo`` flags of a CPU that computes bf16 natively (AVX-512 BF16 dot products, AMX tiles).
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU has bf16 instructions, from the ``flags`` lines of ``/proc/cpuinfo``.
+
+    oneDNN also "supports" bf16 on plain AVX-512 by converting to float32,
+    which is slower than int8 there; only these flags make bf16 the fast path.
+    Unreadable (not Linux) counts as no.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = {flag for line in cpuinfo.splitlines() if line.startswith("flags") for flag in line.split()}
+    return bool(flags & NATIVE_BF16_FLAGS)
+
+
 def _effective_dtype(dtype: str, device: str) -> str:
-    """``bfloat16`` where the device runs it natively, else ``float32``."""
-    if dtype != "bfloat16":
-        return dtype
+    """The dtype a backend really runs: ``auto`` chosen from the machine, ``bfloat16`` only where native.
+
+    ``auto``: on the CPU, ``bfloat16`` with native bf16 (:func:`cpu_has_native_bf16`), else ``int8``
+    (measured on an AVX-512 BF16 EPYC and an AVX2-only CPU: README, Throughput); on a GPU, ``bfloat16``
+    where supported, else ``float16``.
+    """
     import torch
 
-    if device.startswith("cuda"):
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    if dtype == "auto":
+        if cuda:
+            return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        return "bfloat16" if cpu_has_native_bf16() else "int8" if device == "cpu" else "float32"
+    if dtype != "bfloat16":
+        return dtype
+    if cuda:
         supported = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     elif device == "cpu":
         supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -352,9 +391,11 @@ class TransformersBackend:
             ``offline:<name>`` (``qwen2.5-0.5b``, ``qwen2.5-1.5b``,
             ``smollm2-135m``; see :func:`clag.assets.resolve_gguf`).
         gguf_file: GGUF file name inside ``model`` when ``model`` is a folder or Hub id.
-        dtype: ``bfloat16`` (falls back to ``float32`` without native
-            support), ``float32``, ``float16``, ``auto``, or ``int8``
-            (CPU: float32 weights, linear layers dynamically quantized).
+        dtype: ``auto`` (chosen from the machine, see :func:`_effective_dtype`;
+            the choice is the ``dtype`` of :meth:`identity`), ``bfloat16`` (falls
+            back to ``float32`` without native support), ``float32``,
+            ``float16``, or ``int8`` (CPU: float32 weights, linear layers
+            dynamically quantized).
         device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (accelerate's device map).
         prompt_format: ``chat`` (one user message through the chat template)
             or ``raw`` (the text as is, like the authors' SGLang ``/generate``).
@@ -391,18 +432,25 @@ class TransformersBackend:
         self.revision = revision
         self.system_prompt = system_prompt
         self._identity: dict[str, Any] | None = None
+        self._resolved_dtype: str | None = None
 
     # -- loading -----------------------------------------------------------------
 
+    def resolved_dtype(self) -> str:
+        """The dtype that runs (``auto`` and unsupported ``bfloat16`` resolved on this machine), decided once."""
+        if self._resolved_dtype is None:
+            self._resolved_dtype = _effective_dtype(self.dtype, self.device)
+        return self._resolved_dtype
+
     def _key(self) -> tuple[str, str | None, str | None, str, str]:
-        return (self.source.location, self.source.gguf_file, self.revision, self.dtype, self.device)
+        return (self.source.location, self.source.gguf_file, self.revision, self.resolved_dtype(), self.device)
 
     def _loaded(self, with_model: bool) -> LoadedModel:
         """The shared tokenizer (and model if asked), loading what is missing once."""
         with _LOAD_LOCK:
             loaded = _LOADED.get(self._key())
             if loaded is None:
-                loaded = LoadedModel(self._load_tokenizer(), _effective_dtype(self.dtype, self.device))
+                loaded = LoadedModel(self._load_tokenizer(), self.resolved_dtype())
                 _LOADED[self._key()] = loaded
             if with_model and loaded.model is None:
                 loaded.model = self._load_model(loaded.dtype)
@@ -428,7 +476,7 @@ class TransformersBackend:
             location,
             gguf_file=gguf_file,
             revision=self.revision,
-            dtype={"auto": "auto", "int8": torch.float32}.get(dtype) or getattr(torch, dtype),
+            dtype=torch.float32 if dtype == "int8" else getattr(torch, dtype),
             device_map=self.device,
         ).eval()
         if dtype == "int8":
