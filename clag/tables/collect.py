@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from clag.metrics.aggregate import summarize
+from clag.metrics.aggregate import CATEGORY_SETS, summarize
+from clag.metrics.scoring import category_number
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ METRICS: dict[str, Metric] = {
     "bert_f1": Metric("BERT-F1", "answer", 100),
     "rougeL": Metric("ROUGE-L", "answer", 100),
     "exact_match": Metric("EM", "answer", 100),
+    "j_lenient": Metric("J (lenient)", "answer", 100),
+    "j_strict": Metric("J (strict)", "answer", 100),
     "e_prec": Metric("E-Prec", "evidence", 100),
     "e_recall": Metric("E-Recall", "evidence", 100),
     "e_f1": Metric("E-F1", "evidence", 100),
@@ -252,6 +255,11 @@ def _category(variant: str) -> str | None:
     return variant.split("=", 1)[1] if variant.startswith("category=") else None
 
 
+def category_set(variant: str) -> str | None:
+    """``categories=1-4`` -> ``"1-4"``: a key of ``metrics.json`` ``overall_sets``."""
+    return variant.split("=", 1)[1] if variant.startswith("categories=") else None
+
+
 def _from_summary(entry: dict[str, Any] | None) -> Estimate | None:
     if not entry or entry.get("mean") is None:
         return None
@@ -279,14 +287,24 @@ def cluster_count(structure: dict[str, Any]) -> int | None:
     return None
 
 
+def _set_from_rows(run: RunRecord, section: dict[str, Any], metric: str, wanted: tuple[int, ...]) -> Estimate | None:
+    """A category set's mean for a run whose ``metrics.json`` predates ``overall_sets``: its overall
+    when every question lies in the set, else bootstrapped from the rows in it."""
+    rows = [r for r in run.predictions if category_number(r.get("category")) in wanted]
+    if len(rows) == len(run.predictions):
+        return _from_summary((section.get("overall") or {}).get(metric))
+    return _bootstrap([float(r[metric]) for r in rows if r.get(metric) is not None], run)
+
+
 def metric_value(run: RunRecord, metric: str, variant: str = "", config_key: str = "") -> Estimate | None:
     """Our value for ``metric`` in the paper's unit, or None when the run does not have it.
 
     Args:
         run: The run.
         metric: A key of :data:`METRICS`.
-        variant: ``category=N`` selects a per-category value; other variants
-            only name the run (already chosen by the caller).
+        variant: ``category=N`` selects a per-category value, ``categories=1-4``
+            a category set's (``overall_sets``); other variants only name the
+            run (already chosen by the caller).
         config_key: For ``config`` metrics, the ``method.system`` key.
     """
     spec = METRICS[metric]
@@ -296,7 +314,11 @@ def metric_value(run: RunRecord, metric: str, variant: str = "", config_key: str
     if spec.source in ("answer", "evidence"):
         section = m if spec.source == "answer" else m.get("evidence", {})
         table = (section.get("by_category") or {}).get(category, {}) if category else section.get("overall", {})
+        if (subset := category_set(variant)) is not None:
+            table = (section.get("overall_sets") or {}).get(subset, {})
         estimate = _from_summary(table.get(metric))
+        if estimate is None and subset is not None and spec.source == "answer":  # a run from before overall_sets
+            estimate = _set_from_rows(run, section, metric, CATEGORY_SETS.get(run.dataset, {}).get(subset, ()))
     elif spec.source == "latency":
         rows = [r for r in run.predictions if category is None or str(r.get("category")) == category]
         values = [float(r[metric]) for r in rows if r.get(metric) is not None]
