@@ -46,7 +46,7 @@ def _telemetry(selected: str) -> dict:
     return {"total_notes": 6, "clusters": 3, "candidates": candidates, "selected": [selected], "search_space": 2}
 
 
-def _summary(mean: float, low: float, high: float, n: int = 4) -> dict:
+def _summary(mean: float, low: float, high: float, n: int = 40) -> dict:
     return {"mean": mean, "ci_low": low, "ci_high": high, "n": n}
 
 
@@ -176,7 +176,7 @@ def test_every_table_is_written_in_three_formats(rendered: Path) -> None:
         for suffix in ("md", "tex", "csv"):
             assert (rendered / f"table{number:02d}.{suffix}").is_file(), f"table{number:02d}.{suffix}"
     index = (rendered / "README.md").read_text()
-    assert "| 1 | Overall results on LoCoMo, HotpotQA and BioASQ | 10/30 cells | demo scale |" in index
+    assert "| 1 | Overall results on LoCoMo, HotpotQA and BioASQ | 20/56 cells | demo scale |" in index
     assert {p.name for p in rendered.glob("fig_*.png")} >= {"fig_answer_quality.png", "fig_clusters_vs_tau.png"}
 
 
@@ -186,8 +186,8 @@ def test_cell_shows_paper_ours_diff_and_interval(rendered: Path) -> None:
     cells = [c.strip() for c in clag.strip("|").split("|")]
     # LoCoMo F1: paper 20.99, ours 25.00 with interval [15.00, 35.00], diff +4.01
     assert cells[1:4] == ["20.99", "25.00 [15.00, 35.00]", "+4.01"]
-    # HotpotQA has no CLAG run: the paper's value, then dashes.
-    assert cells[7:10] == ["15.50", "—", "—"]
+    # LoCoMo over categories 1-4: not in the paper; HotpotQA has no CLAG run: the paper's value, then dashes.
+    assert cells[7] == "—" and cells[13:16] == ["15.50", "—", "—"]
     long = pd.read_csv(rendered / "table01.csv")
     row = long[(long["method"] == "clag") & (long["dataset"] == "locomo") & (long["metric"] == "f1")].iloc[0]
     assert (row["paper"], row["ours"], row["ci_low"], row["ci_high"]) == (20.99, 25.0, 15.0, 35.0)

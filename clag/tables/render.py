@@ -1,8 +1,12 @@
 """Every paper table from finished runs, our value beside the paper's, as Markdown, LaTeX and CSV.
 
 Each cell shows the paper's number, ours with its bootstrap 95% interval
-over questions, and the difference ours - paper; a cell without a finished
-run shows "—" and never fails the rendering. The caption names the model
+over questions (``n=K`` instead under 10 questions, where an interval says
+nothing), and the difference ours - paper; a cell without a finished run
+shows "—" and never fails the rendering. A spec with ``significance: clag``
+also tests CLAG against every other row on the same questions (paired
+bootstrap, :func:`clag.compare.paired_difference`) and marks a row with †
+where the 95% interval of the difference excludes 0. The caption names the model
 that produced our numbers (a stand-in when it is not the paper's backbone)
 and the data slice of every run used, and says plainly when the runs are a
 slice: a demo-scale number is never passed off as the paper's setting.
@@ -23,10 +27,12 @@ from typing import Any
 
 import pandas as pd
 
+from clag.compare import paired_difference
+from clag.metrics.aggregate import CATEGORY_SETS, MIN_INTERVAL_N
 from clag.tables import cases, plots
-from clag.tables.collect import METRICS, RunRecord, find_runs, metric_value, select_run
+from clag.tables.collect import METRICS, RunRecord, category_set, find_runs, metric_value, select_run
 from clag.tables.paper import paper_value
-from clag.tables.specs import SPEC_DIR, Defaults, TableSpec, compare_numbers, load_defaults, load_spec
+from clag.tables.specs import SPEC_DIR, Cell, Defaults, TableSpec, compare_numbers, load_defaults, load_spec
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +40,63 @@ MISSING = "—"
 PAPER_MODELS = {"qwen3-0.6b": "Qwen3-0.6B", "qwen3-1.7b": "Qwen3-1.7B", "qwen3-8b": "Qwen3-8B"}
 LONG_COLUMNS = (
     "table row group metric method dataset variant paper ours diff ci_low ci_high n "
+    "vs vs_diff vs_ci_low vs_ci_high vs_p vs_n significant "
     "our_model exp seed sliced run_dir slice"
 ).split()
+DAGGER = "†"
+PAIRED_SAMPLES = 10000
+
+
+def _categories(cell: Cell, dataset: str) -> tuple[int, ...] | None:
+    """The categories a cell's value is over: ``category=N``, a ``categories=`` set, or all (None)."""
+    if cell.variant.startswith("category="):
+        return (int(cell.variant.split("=", 1)[1]),)
+    subset = category_set(cell.variant)
+    return CATEGORY_SETS.get(dataset, {}).get(subset) if subset else None
+
+
+def _paired(cell: Cell, run: RunRecord | None, anchor: RunRecord | None) -> dict[str, Any]:
+    """The anchor's (CLAG's) paired difference from ``run`` on ``cell``'s metric, in table units; {} if untestable.
+
+    Testable: both runs exist, differ, share the model and dataset, and the
+    metric is a per-question answer metric.
+    """
+    if run is None or anchor is None or run.path == anchor.path or METRICS[cell.metric].source != "answer":
+        return {}
+    if (run.model, run.dataset) != (anchor.model, anchor.dataset):
+        return {}
+    result = paired_difference(
+        anchor.predictions, run.predictions, cell.metric, _categories(cell, run.dataset), PAIRED_SAMPLES
+    )
+    if result is None:
+        return {}
+    scale = METRICS[cell.metric].scale
+    shown = result["n"] >= MIN_INTERVAL_N
+    return {
+        "vs": anchor.method,
+        "vs_diff": scale * result["mean_diff"],
+        "vs_ci_low": scale * result["ci_low"] if shown else None,
+        "vs_ci_high": scale * result["ci_high"] if shown else None,
+        "vs_p": result["p_value"],
+        "vs_n": result["n"],
+        "significant": shown and (result["ci_low"] > 0 or result["ci_high"] < 0),
+    }
 
 
 def compare_frame(spec: TableSpec, runs: list[RunRecord], defaults: Defaults) -> pd.DataFrame:
-    """One row per cell of ``spec``: the paper's value, ours, the difference and our interval."""
+    """One row per cell of ``spec``: the paper's value, ours, the difference and our interval,
+    and (``spec.significance``) the anchor method's paired difference from this row."""
     models = defaults.models_for(spec.model)
+    cells = spec.cells(defaults.clag_default)
+    chosen = [select_run(runs, cell.method, cell.run_dataset, models, cell.where, spec.exps) for cell in cells]
+    anchors = {
+        (cell.group, cell.metric): run
+        for cell, run in zip(cells, chosen)
+        if spec.significance and cell.method == spec.significance
+    }
     records = []
-    for cell in spec.cells(defaults.clag_default):
-        paper = paper_value(spec.number, cell.method, cell.dataset, spec.model, cell.metric, cell.variant)
-        run = select_run(runs, cell.method, cell.run_dataset, models, cell.where, spec.exps)
+    for cell, run in zip(cells, chosen):
+        paper = paper_value(spec.number, cell.method, cell.dataset, spec.model, cell.metric, cell.paper_variant)
         ours = metric_value(run, cell.metric, cell.variant, cell.config_key) if run else None
         records.append(
             {
@@ -61,6 +113,7 @@ def compare_frame(spec: TableSpec, runs: list[RunRecord], defaults: Defaults) ->
                 "ci_low": ours.ci_low if ours else None,
                 "ci_high": ours.ci_high if ours else None,
                 "n": ours.n if ours else None,
+                **_paired(cell, run, anchors.get((cell.group, cell.metric))),
                 "our_model": run.model if run else "",
                 "exp": run.exp if run else "",
                 "seed": run.seed if run else None,
@@ -81,9 +134,16 @@ def _number(value: Any, metric: str, signed: bool = False) -> str:
 
 
 def _ours(row: pd.Series) -> str:
+    """Ours with its interval, or ``(n=K)`` under :data:`MIN_INTERVAL_N` questions; † where the paired test says so."""
     text = _number(row["ours"], row["metric"])
-    if text != MISSING and not pd.isna(row["ci_low"]) and not pd.isna(row["ci_high"]):
+    if text == MISSING:
+        return text
+    if not pd.isna(row["n"]) and int(row["n"]) < MIN_INTERVAL_N:
+        text += f" (n={int(row['n'])})"
+    elif not pd.isna(row["ci_low"]) and not pd.isna(row["ci_high"]):
         text += f" [{_number(row['ci_low'], row['metric'])}, {_number(row['ci_high'], row['metric'])}]"
+    if not pd.isna(flag := row.get("significant")) and bool(flag):
+        text += f" {DAGGER}"
     return text
 
 
@@ -106,6 +166,7 @@ _LATEX = {
     "→": r"$\rightarrow$",
     "✓": r"$\checkmark$",
     "✗": r"$\times$",
+    DAGGER: r"$\dagger$",
 }
 _LATEX_PATTERN = re.compile("|".join(re.escape(key) for key in _LATEX))
 
@@ -161,9 +222,24 @@ def caption(spec: TableSpec, long: pd.DataFrame, runs: list[RunRecord]) -> str:
         units.setdefault(METRICS[metric].unit, []).append(METRICS[metric].label)
     parts.append("Units: " + "; ".join(f"{', '.join(labels)} in {unit}" for unit, labels in units.items()) + ".")
     parts.append(
-        f"Ours with its bootstrap 95% interval over questions; Δ = ours − paper; {MISSING} = no finished run. "
-        f"Cells filled: {filled}/{len(long)}."
+        f"Ours with its bootstrap 95% interval over questions (n=K instead under {MIN_INTERVAL_N} questions); "
+        f"Δ = ours − paper; {MISSING} = no finished run. Cells filled: {filled}/{len(long)}."
     )
+    if spec.significance:
+        tested = int(long["vs_n"].notna().sum())
+        marked = int(long["significant"].fillna(False).astype(bool).sum())
+        parts.append(
+            f"{DAGGER} = {spec.significance.upper()} − this row over the same questions (paired bootstrap, "
+            f"{PAIRED_SAMPLES:,} resamples; same model and data) has a 95% interval excluding 0: {marked} of "
+            f"{tested} tested cells; no mark under {MIN_INTERVAL_N} paired questions. The CSV holds each "
+            "difference (vs_diff), its interval, p and n."
+        )
+    if any(row.get("label", "").endswith("(not in the paper)") for row in spec.rows):
+        parts.append(
+            "Rows marked “not in the paper” are the agent-memory literature's reference baselines: the whole "
+            "episode as context (cut from the oldest end at a token budget) and an empty context; the paper "
+            "has no numbers for them."
+        )
     parts.extend(spec.notes)
     return " ".join(part for part in parts if part)
 
@@ -172,6 +248,15 @@ def _run_notes(long: pd.DataFrame, used: list[RunRecord]) -> list[str]:
     """Protocol differences visible in the runs' own records."""
     notes = []
     keys = set(long["metric"])
+    for run in used:
+        if run.method == "full_context":
+            cut = sum(bool((row.get("telemetry") or {}).get("truncated")) for row in run.predictions)
+            notes.append(
+                f"Full context ({run.dataset}): truncated at the budget for {cut} of {run.questions} questions."
+            )
+    judges = sorted({str((run.metrics.get("judge") or {}).get("label")) for run in used if run.metrics.get("judge")})
+    if judges and keys & {"j_lenient", "j_strict"}:
+        notes.append(f"J = LLM-judge accuracy by {', '.join(judges)}.")
     if "bert_f1" in keys:
         settings = [run.metrics.get("settings") or {} for run in used]
         proxies = sorted({s.get("bert_model", "?") for s in settings if not s.get("bert_is_paper_model")})
@@ -261,7 +346,7 @@ def render_compare(
 ) -> tuple[Rendered, pd.DataFrame]:
     """Render one side-by-side table; returns what was written and the long frame (for plots)."""
     long = compare_frame(spec, runs, defaults)
-    long[["n", "seed"]] = long[["n", "seed"]].astype("Int64")
+    long[["n", "seed", "vs_n"]] = long[["n", "seed", "vs_n"]].astype("Int64")
     text = caption(spec, long, runs)
     files = write_table(out_dir, spec.number, spec.title, [("", wide_frame(long))], wide_frame(long, True), long, text)
     filled = int(long["ours"].notna().sum())

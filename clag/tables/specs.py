@@ -8,7 +8,10 @@ and its row (row wins):
 
 * ``method``, ``dataset``, ``variant``: the paper's keys, used to look the
   paper's number up (:func:`clag.tables.paper.paper_value`); ``variant``
-  ``category=N`` also selects our per-category value.
+  ``category=N`` also selects our per-category value, and ``categories=1-4``
+  our mean over a category set (``metrics.json`` ``overall_sets``).
+* ``paper_variant``: the paper's variant key when it differs from ours
+  (Table 1's LoCoMo column is the paper's overall, ours ``categories=1-5``).
 * ``run_dataset``: the dataset our run must have when it differs from the
   paper's key (Table 2 prints no dataset; ours is measured on LoCoMo);
   ``""`` accepts any dataset.
@@ -43,7 +46,13 @@ METHOD_ROWS: tuple[dict[str, str], ...] = (
 )
 """The paper's five methods in its row order; a spec says ``rows: methods``."""
 
-_CELL_KEYS = ("method", "dataset", "variant", "run_dataset", "metric", "config_key")
+REFERENCE_ROWS: tuple[dict[str, str], ...] = (
+    {"label": "Full context (not in the paper)", "method": "full_context"},
+    {"label": "No memory (not in the paper)", "method": "no_memory"},
+)
+"""The literature's reference baselines (``baselines/reference.py``), appended by ``reference_rows: true``."""
+
+_CELL_KEYS = ("method", "dataset", "variant", "paper_variant", "run_dataset", "metric", "config_key")
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class Cell:
     run_dataset: str = ""
     where: dict[str, Any] = field(default_factory=dict)
     config_key: str = ""
+    paper_variant: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,8 @@ class TableSpec:
         defaults: Cell keys shared by every cell.
         notes: Extra caption sentences (known paper typos, protocol notes).
         plot: Name of a plot drawn from this table (see ``clag.tables.plots``).
+        significance: Method whose paired difference from every other row is
+            tested on the same questions and marked (``clag``); "" = none.
     """
 
     number: int
@@ -90,6 +102,7 @@ class TableSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     plot: str = ""
+    significance: str = ""
 
     def cells(self, clag_default: dict[str, Any]) -> list[Cell]:
         """Every cell in row-major order, with CLAG cells held to the CLAG defaults."""
@@ -105,6 +118,7 @@ class TableSpec:
                     if keys.get("method") == "clag":
                         where = {**clag_default, **where}
                     dataset = str(keys.get("dataset", ""))
+                    variant = str(keys.get("variant", ""))
                     out.append(
                         Cell(
                             row=str(row["label"]),
@@ -112,10 +126,11 @@ class TableSpec:
                             metric=str(keys["metric"]),
                             method=str(keys.get("method", "")),
                             dataset=dataset,
-                            variant=str(keys.get("variant", "")),
+                            variant=variant,
                             run_dataset=str(keys.get("run_dataset", dataset)),
                             where=where,
                             config_key=str(keys.get("config_key", "")),
+                            paper_variant=str(keys.get("paper_variant", variant)),
                         )
                     )
         return out
@@ -157,20 +172,25 @@ def load_defaults(spec_dir: Path = SPEC_DIR) -> Defaults:
 
 
 def load_spec(number: int, spec_dir: Path = SPEC_DIR) -> TableSpec:
-    """Read ``tableNN.yaml``; ``rows: methods`` expands to the paper's five methods."""
+    """Read ``tableNN.yaml``; ``rows: methods`` expands to the paper's five methods, and
+    ``reference_rows: true`` appends the full-context and no-memory rows."""
     raw = _read_yaml(spec_dir / f"table{number:02d}.yaml")
     rows = raw.get("rows", "methods")
+    rows = [dict(row) for row in METHOD_ROWS] if rows == "methods" else list(rows)
+    if raw.get("reference_rows"):
+        rows += [dict(row) for row in REFERENCE_ROWS]
     return TableSpec(
         number=int(raw["number"]),
         title=str(raw["title"]),
         model=str(raw.get("model", "")),
-        rows=[dict(row) for row in METHOD_ROWS] if rows == "methods" else list(rows),
+        rows=rows,
         groups=list(raw.get("groups") or [{"label": ""}]),
         metrics=list(raw.get("metrics") or [None]),
         exps=[str(e) for e in raw.get("exps", [])],
         defaults=dict(raw.get("defaults") or {}),
         notes=[str(n) for n in raw.get("notes", [])],
         plot=str(raw.get("plot", "")),
+        significance=str(raw.get("significance", "")),
     )
 
 
