@@ -175,9 +175,49 @@ def test_identity_holds_no_key_and_no_url(server: ScriptedServer) -> None:
     assert made.identity() == {
         "backend": "openai-compatible",
         "model": "Qwen/Qwen3-0.6B",
+        "weights": None,
+        "dtype": None,
         "prompt_format": "chat",
         "extra_body": {"top_k": 20},
     }
+
+
+def test_identity_tells_apart_two_models_served_under_one_name(server: ScriptedServer) -> None:
+    """The served name is the same; the weights' hash (or Hub revision) and the dtype are not."""
+    offline = backend(server.url, weights="offline:qwen2.5-0.5b", dtype="bfloat16").identity()
+    smaller = backend(server.url, weights="offline:smollm2-135m", dtype="bfloat16").identity()
+    in_float32 = backend(server.url, weights="offline:qwen2.5-0.5b", dtype="float32").identity()
+    pinned = backend(server.url, weights="Qwen/Qwen3-0.6B", revision="abc123", dtype="bfloat16").identity()
+    assert offline["model"] == smaller["model"] == in_float32["model"] == pinned["model"]
+    assert len(offline["weights"]["weights_sha256"]) == 64
+    assert offline["weights"] != smaller["weights"] and offline["dtype"] != in_float32["dtype"]
+    assert pinned["weights"] == {"model": "Qwen/Qwen3-0.6B", "gguf_file": None, "revision": "abc123"}
+    assert len({json.dumps(i, sort_keys=True) for i in (offline, smaller, in_float32, pinned)}) == 4
+
+
+def test_no_server_for_the_model_is_one_clear_error(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("CLAG_CACHE_DIR", str(tmp_path))  # no state file of a started server there
+    made = OpenAICompatibleBackend(None, "qwen2.5-0.5b")
+    with pytest.raises(ServerError, match="no vLLM server is running for model 'qwen2.5-0.5b'; start one"):
+        made.generate(["q"], GenerationConfig())
+
+
+def test_served_backends_batch_on_the_server_so_the_runner_adds_no_coalescer() -> None:
+    from omegaconf import OmegaConf
+
+    from clag.running.build import build_backend
+
+    assert OpenAICompatibleBackend.serves_concurrently
+    config = OmegaConf.create(
+        {
+            "backend": {
+                "_target_": "clag.llm.openai_backend.OpenAICompatibleBackend",
+                "base_url": "http://127.0.0.1:9",
+                "model": "m",
+            }
+        }
+    )
+    assert isinstance(build_backend(config, concurrent=True), OpenAICompatibleBackend)
 
 
 def test_no_key_in_the_environment_sends_no_header(server: ScriptedServer, monkeypatch) -> None:
@@ -196,18 +236,36 @@ def test_behind_the_client_a_rerun_is_served_from_the_cache(server: ScriptedServ
     assert len(server.requests) == 2
 
 
-@pytest.mark.parametrize("name", ["openai", "authors_sglang"])
-def test_model_configs_instantiate_to_json_ready_backends(name: str, server: ScriptedServer) -> None:
-    from pathlib import Path
-
+@pytest.mark.parametrize("overrides", [["engine=vllm"], ["model=qwen3-0.6b", "engine=vllm"], ["model=authors_sglang"]])
+def test_served_model_configs_instantiate_to_json_ready_backends(overrides: list[str], server: ScriptedServer) -> None:
+    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    config = OmegaConf.load(Path(__file__).parent.parent / "configs" / "model" / f"{name}.yaml")
-    config.backend.base_url = server.url
+    from clag.run import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        config = compose(config_name="config", overrides=[*overrides, f"model.backend.base_url={server.url}"]).model
     made = instantiate(config.backend)
     json.dumps(made.identity())  # part of every cache key
     generation = GenerationConfig(**OmegaConf.to_container(config.generation))
     [completion] = made.generate(["q"], generation)
     assert completion.text == "reply:q"
-    assert server.requests[0]["path"] == ("/v1/completions" if name == "authors_sglang" else "/v1/chat/completions")
+    raw = config.prompt_format == "raw"
+    assert server.requests[0]["path"] == ("/v1/completions" if raw else "/v1/chat/completions")
+    assert server.requests[0]["body"]["model"] == ("Qwen/Qwen3-0.6B" if raw else config.name)
+
+
+def test_authors_preset_follows_the_authors_temperatures() -> None:
+    """dmis-lab/CLAG: get_completion's default 0.7, routing 0.2, cluster profiles 0.3, category 5 at 0.5."""
+    from hydra import compose, initialize_config_dir
+
+    from clag.run import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["model=authors_sglang"])
+    assert cfg.model.engine == "vllm" and cfg.model.prompt_format == "raw" and not cfg.model.backend.extra_body
+    assert cfg.model.generation.temperature == 0.7 and cfg.model.generation.max_new_tokens == 1000
+    assert cfg.model.stage_settings.route.temperature == 0.2
+    assert cfg.model.stage_settings.profile.temperature == 0.3
+    assert cfg.answer.adversarial_temperature == 0.5

@@ -11,6 +11,14 @@ llama.cpp's server turn into guided decoding.
 
 The API key is read from the environment at request time and never kept in
 ``identity()``, a log line or an error message.
+
+A served name says nothing about the weights behind it, so the cache
+identity also holds the weights' fingerprint (the GGUF's sha256 or the Hub
+id and revision, as the transformers backend records them) and the dtype:
+two models served under one name never share cached answers. With
+``base_url`` unset the server is the one :mod:`clag.llm.serve` started for
+the model's name, found when the first request goes out (so a rerun served
+from the cache needs no server).
 """
 
 from __future__ import annotations
@@ -35,12 +43,26 @@ class ServerError(RuntimeError):
     """The server could not be reached or refused a request; the message names the URL."""
 
 
+def weights_fingerprint(weights: str, revision: str | None) -> dict[str, Any]:
+    """The weights' identity as the transformers backend records it (GGUF sha256, folder, Hub revision)."""
+    from clag.llm.transformers_backend import ModelSource
+
+    return ModelSource.resolve(weights).fingerprint(revision)
+
+
 class OpenAICompatibleBackend:
     """Concurrent requests to an OpenAI-compatible completion server.
 
     Args:
-        base_url: Server root, with or without ``/v1`` (``http://localhost:8000``).
+        base_url: Server root, with or without ``/v1`` (``http://localhost:8000``);
+            ``None``: the server :mod:`clag.llm.serve` runs for ``model``.
         model: Model name the server serves (part of the cache identity).
+        weights: What the server loaded (``offline:<name>``, a ``.gguf`` path, a
+            folder or a Hub id); its fingerprint joins the identity. ``None``
+            for a server whose weights are unknown (the name alone then).
+        revision: Hub revision of ``weights``.
+        dtype: The server's dtype; ``auto`` means what :func:`clag.llm.serve.native_dtype`
+            picks on this machine (the server it starts uses the same rule).
         api_key_env: Name of the environment variable holding the API key
             (local servers usually need none).
         prompt_format: ``chat`` or ``raw`` (see the module docstring).
@@ -53,11 +75,15 @@ class OpenAICompatibleBackend:
 
     max_retries = 4  # attempts after the first, on connection errors, 429 and 5xx
     backoff_s = 1.0  # first wait; doubled per attempt
+    serves_concurrently = True  # the server batches concurrent requests itself: no coalescer in front
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None,
         model: str,
+        weights: str | None = None,
+        revision: str | None = None,
+        dtype: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         prompt_format: str = "chat",
         max_concurrency: int = 8,
@@ -65,24 +91,54 @@ class OpenAICompatibleBackend:
         extra_body: dict | None = None,
     ) -> None:
         check_prompt_format(prompt_format)
-        root = base_url.rstrip("/").removesuffix("/v1")
-        self.url = f"{root}/v1/chat/completions" if prompt_format == "chat" else f"{root}/v1/completions"
+        self.base_url = base_url
         self.model = model
+        self.weights = weights
+        self.revision = revision
+        self.dtype = dtype
         self.api_key_env = api_key_env
         self.prompt_format = prompt_format
         self.max_concurrency = max(1, max_concurrency)
         self.timeout_s = timeout_s
         self.extra_body = dict(extra_body or {})
+        self._url: str | None = None
+        self._identity: dict[str, Any] | None = None
+
+    @property
+    def url(self) -> str:
+        """The completions endpoint, resolved once (through :mod:`clag.llm.serve` when ``base_url`` is unset)."""
+        if self._url is None:
+            base_url = self.base_url
+            if base_url is None:
+                from clag.llm.serve import ServeError, running_url
+
+                try:
+                    base_url = running_url(self.model)
+                except ServeError as err:
+                    raise ServerError(str(err)) from err
+            root = base_url.rstrip("/").removesuffix("/v1")
+            self._url = f"{root}/v1/chat/completions" if self.prompt_format == "chat" else f"{root}/v1/completions"
+        return self._url
 
     def identity(self) -> dict[str, Any]:
-        """Model name, prompt format and extra request fields; no URL (a cache
-        stays valid when the same model is served elsewhere) and no key."""
-        return {
-            "backend": "openai-compatible",
-            "model": self.model,
-            "prompt_format": self.prompt_format,
-            "extra_body": self.extra_body,
-        }
+        """Served name, weights fingerprint, dtype, prompt format and extra request
+        fields; no URL (a cache stays valid when the same model is served
+        elsewhere) and no key."""
+        if self._identity is None:
+            dtype = self.dtype
+            if dtype == "auto":
+                from clag.llm.serve import native_dtype
+
+                dtype = native_dtype()
+            self._identity = {
+                "backend": "openai-compatible",
+                "model": self.model,
+                "weights": weights_fingerprint(self.weights, self.revision) if self.weights else None,
+                "dtype": dtype,
+                "prompt_format": self.prompt_format,
+                "extra_body": self.extra_body,
+            }
+        return dict(self._identity)
 
     def generate(self, prompts: Sequence[str], config: GenerationConfig) -> list[Completion]:
         """One completion per prompt, in order, ``max_concurrency`` requests at a time."""
