@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,17 @@ def data_dir() -> Path:
     if not (path / "locomo" / "locomo10.json").exists():
         pytest.fail(f"CLAG_DATA_DIR={path} does not hold the benchmark data: run `make data` (see README: Data)")
     return path
+
+
+@pytest.fixture(scope="session")
+def vllm_server() -> Iterator[object]:
+    """vLLM serving the offline model (engine=vllm), started once per session and stopped after it
+    (one already running is reused and left running). Tests marked ``vllm`` use it; when vLLM cannot
+    be installed or started they fail with the reason, they never skip."""
+    from clag.llm import serve
+
+    try:
+        with serve.VLLMServer(serve.compose_spec(["model=qwen2.5-0.5b"]), timeout_s=900) as server:
+            yield server.state
+    except serve.ServeError as err:
+        pytest.fail(f"vLLM did not start (`make vllm` installs it): {err}")

@@ -165,6 +165,7 @@ def test_abstract_list_is_capped_but_keeps_every_page():
     assert len(text) <= 3000
     assert all(f"Page {i}: " in text for i in range(30))
     assert render_abstracts(["short"], 3000) == "Page 0: short"
+    assert render_abstracts(["x" * 500] * 30, max_chars=None).count("x" * 500) == 30  # GAM: uncapped
 
 
 # ---- research loop ----
@@ -245,7 +246,7 @@ def test_plan_without_usable_query_counts_as_empty(embedder):
 
 def test_bad_integrate_json_keeps_the_evidence_and_goes_on(embedder):
     script = Script(integrate="{content: ", check='{"enough": false}')
-    memory = build(embedder, script, max_iters=2)
+    memory = build(embedder, script, max_iters=2, summary_max_chars=4000)
     context = memory.retrieve(QUESTION)
     assert context.telemetry["fallbacks"] == {"integrate": 2}
     assert (
@@ -293,6 +294,8 @@ def test_evidence_cap_limits_pages_read(embedder):
             }
         )
     )
+    uncapped = build(embedder, Script(plan=script.replies["plan"]))
+    assert uncapped.retrieve(QUESTION).telemetry["pages_read"] == [0, 1, 2]  # GAM's default: every hit page whole
     memory = build(embedder, script, evidence_max_chars=300)
     context = memory.retrieve(QUESTION)
     assert context.telemetry["pages_read"] == [0]

@@ -96,7 +96,8 @@ FALLBACK_ABSTRACT_CHARS = 200
 MIN_EVIDENCE_CHARS = 200
 #: GAM's follow-up generator writes at most five questions.
 MAX_FOLLOW_UPS = 5
-DEFAULT_MAX_NEW_TOKENS = {"memo": 256, "plan": 512, "integrate": 1024, "reflect": 256}
+#: GAM's completion caps: memory generator max_tokens=256, research generator max_tokens=2048.
+DEFAULT_MAX_NEW_TOKENS = {"memo": 256, "plan": 2048, "integrate": 2048, "reflect": 2048}
 
 
 @dataclass
@@ -171,11 +172,12 @@ class GamMemory(MemoryBase):
         max_iters: Research rounds per question (GAM: 3).
         top_k_per_tool: Pages per search tool and page-id list length (GAM: 5).
         abstracts_max_chars: Cap on the abstract list shown to the memo writer
-            and the planner (GAM: uncapped).
-        evidence_max_chars: Cap on the page text one integrate call reads
-            (GAM: all hit pages whole).
+            and the planner; ``None`` = uncapped, as in GAM.
+        evidence_max_chars: Cap on the page text one integrate call reads;
+            ``None`` = all hit pages whole, as in GAM.
         summary_max_chars: Cap on the running summary, i.e. on the context
-            handed to the answerer in integrate mode.
+            handed to the answerer in integrate mode; ``None`` = uncapped, as
+            in GAM (its length is then bounded by the integrate completion cap).
         integrate: ``False`` selects GAM's no-integrate search path.
         max_new_tokens: Completion cap per stage.
         temperature: Sampling temperature of every GAM stage; ``None`` keeps
@@ -190,9 +192,9 @@ class GamMemory(MemoryBase):
         page_tokens: int = 2048,
         max_iters: int = 3,
         top_k_per_tool: int = 5,
-        abstracts_max_chars: int = 6000,
-        evidence_max_chars: int = 16000,
-        summary_max_chars: int = 4000,
+        abstracts_max_chars: int | None = None,
+        evidence_max_chars: int | None = None,
+        summary_max_chars: int | None = None,
         integrate: bool = True,
         max_new_tokens: Mapping[str, int] | None = None,
         temperature: float | None = None,
@@ -351,12 +353,13 @@ class GamMemory(MemoryBase):
         read: list[int] = []
         room = self.evidence_max_chars
         for rank, (page, _, tool) in enumerate(hits, 1):
-            if room < MIN_EVIDENCE_CHARS:
+            if room is not None and room < MIN_EVIDENCE_CHARS:
                 break
             block = clip(f"{rank}. [{tool}] {self.pages[page].text}", room)
             blocks.append(block)
             read.append(page)
-            room -= len(block) + 1
+            if room is not None:
+                room -= len(block) + 1
         return "\n".join(blocks), read
 
     def _reflect(self, question: str, trace: _Trace) -> str | None:

@@ -51,24 +51,25 @@ REQUESTS_SCHEMA = {"type": "object", "properties": {"new_requests": _STRINGS}, "
 NO_MEMORY = "(no pages yet)"
 
 
-def clip(text: str, max_chars: int) -> str:
-    """``text`` cut to at most ``max_chars`` characters, marked with an ellipsis."""
-    if len(text) <= max_chars:
+def clip(text: str, max_chars: int | None) -> str:
+    """``text`` cut to at most ``max_chars`` characters, marked with an ellipsis; ``None`` keeps it whole."""
+    if max_chars is None or len(text) <= max_chars:
         return text
     return text[: max(0, max_chars - 3)] + "..." if max_chars >= 3 else text[:max_chars]
 
 
-def render_abstracts(abstracts: Sequence[str], max_chars: int) -> str:
+def render_abstracts(abstracts: Sequence[str], max_chars: int | None) -> str:
     """The page list the memo writer and the planner see: ``Page i: abstract``.
 
-    GAM shows every earlier abstract in full, which grows without bound. We
-    keep every page visible (the planner needs the page numbers) and, when
-    the list exceeds ``max_chars``, cut each line to an equal share of it.
+    GAM shows every earlier abstract in full, which grows without bound
+    (``max_chars=None``). With a cap we keep every page visible (the planner
+    needs the page numbers) and, when the list exceeds ``max_chars``, cut
+    each line to an equal share of it.
     """
     if not abstracts:
         return NO_MEMORY
     lines = [f"Page {i}: {abstract}" for i, abstract in enumerate(abstracts)]
-    if sum(len(line) + 1 for line in lines) > max_chars:
+    if max_chars is not None and sum(len(line) + 1 for line in lines) > max_chars:
         share = max_chars // len(lines) - 1
         lines = [clip(line, share) for line in lines]
     return "\n".join(lines)
