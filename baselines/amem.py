@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from clag.answer import timed_keywords
 from clag.embed import Embedder
 from clag.llm.client import LLMClient
-from clag.memory.agentic import AgenticCore, timed_keywords
+from clag.memory.agentic import AgenticCore
 from clag.memory.base import MemoryBase
 from clag.types import Context, Item, Question
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clag.answer import question_keywords
+from clag.answer import timed_keywords
 from clag.embed import Embedder, VectorIndex
 from clag.llm.client import LLMClient
 from clag.memory.base import MemoryBase
@@ -52,10 +52,8 @@ class RagMemory(MemoryBase):
         self.items.update((item.id, item) for item in items)
 
     def retrieve(self, question: Question) -> Context:
-        timings: dict[str, float] = {}
-        start = time.perf_counter()
-        query = question_keywords(self.llm, [question.text])[0] if self.use_keywords else question.text
-        timings["keywords"] = (time.perf_counter() - start) * 1000
+        query, keywords_ms = timed_keywords(self.llm, question.text) if self.use_keywords else (question.text, 0.0)
+        timings = {"keywords": keywords_ms}
         start = time.perf_counter()
         hits = self.index.search(self.embedder.encode_one(query), self.retrieve_k)
         timings["search"] = (time.perf_counter() - start) * 1000

@@ -1,4 +1,4 @@
-"""The one answerer and the question-keywords step, shared by every method.
+"""The one answerer and the one query step (question to keywords), shared by every method.
 
 Prompts follow the authors' evaluation loop (dmis-lab/CLAG ``test_CLAG.py``,
 itself A-mem's ``test_advanced.py``): a category-specific prompt per LoCoMo
@@ -15,6 +15,7 @@ answer) is kept.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -53,6 +54,19 @@ def question_keywords(llm: LLMClient, questions: Sequence[str]) -> list[str]:
     """
     parsed = llm.generate_json([keywords_prompt(q) for q in questions], "keywords", KEYWORDS_SCHEMA)
     return [p["keywords"] if p else q for p, q in zip(parsed, questions)]
+
+
+def timed_keywords(llm: LLMClient, question: str) -> tuple[str, float]:
+    """The query step of every method that asks for keywords: the keywords and that call's wall time in ms.
+
+    Methods put the time in ``timings_ms["keywords"]`` and nothing else in it
+    (query embedding and search belong to their own stages), because the
+    runner subtracts it from retrieval latency, as the authors time retrieval;
+    Table 2 compares methods on that basis.
+    """
+    start = time.perf_counter()
+    keywords = question_keywords(llm, [question])[0]
+    return keywords, (time.perf_counter() - start) * 1000
 
 
 def answer_prompt(question: Question, context: str, seed: int = 0) -> str:

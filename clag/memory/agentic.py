@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
@@ -57,7 +56,6 @@ from typing import Any
 
 import numpy as np
 
-from clag.answer import question_keywords
 from clag.embed import Embedder, VectorIndex
 from clag.llm.client import LLMClient
 from clag.llm.json_parse import is_placeholder
@@ -195,13 +193,6 @@ def evolve_prompt(note: Note, neighbours: Sequence[Note]) -> str:
         "suggested_connections (list of integers), tags_to_update (list of strings), "
         "new_context_neighborhood (list of strings) and new_tags_neighborhood (list of lists of strings)."
     )
-
-
-def timed_keywords(llm: LLMClient, question: str) -> tuple[str, float]:
-    """The authors' question-keywords step (LLM stage ``keywords``) and its wall time in ms."""
-    start = time.perf_counter()
-    keywords = question_keywords(llm, [question])[0]
-    return keywords, (time.perf_counter() - start) * 1000
 
 
 class AgenticCore:

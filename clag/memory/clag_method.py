@@ -56,9 +56,10 @@ from typing import Any
 
 import numpy as np
 
+from clag.answer import timed_keywords
 from clag.embed import Embedder
 from clag.llm.client import LLMClient
-from clag.memory.agentic import AgenticCore, Note, timed_keywords
+from clag.memory.agentic import AgenticCore, Note
 from clag.memory.base import MemoryBase
 from clag.memory.clustering import ClusterSet, describe_candidates
 from clag.types import Context, Item, Question
