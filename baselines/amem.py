@@ -45,7 +45,7 @@ class AMemMemory(MemoryBase):
         strict_links: Keep only links to the neighbours shown (see :mod:`clag.memory.agentic`).
     """
 
-    retrieval_params = frozenset({"retrieve_k"})  # shapes retrieval only (clag.runner.ingestion_key)
+    retrieval_params = frozenset({"retrieve_k"})  # shapes retrieval only (clag.running.snapshots.ingestion_key)
 
     def __init__(
         self,

@@ -267,7 +267,7 @@ class TimedBackend:
 @contextmanager
 def timed_runner_backends() -> Iterator[list[TimedBackend]]:
     """Wrap every backend the runner builds in a :class:`TimedBackend`; yields them in build order."""
-    from clag import runner
+    from clag.running import loop as runner  # where the loop looks build_backend up
 
     built: list[TimedBackend] = []
     original = runner.build_backend
@@ -840,7 +840,7 @@ def _backend_throughput(model: str, rounds: int) -> tuple[list[dict[str, Any]], 
     """:func:`llm_throughput` of one model config's backend with its own generation settings, and its dtype."""
     from omegaconf import OmegaConf
 
-    from clag.runner import build_backend
+    from clag.running.build import build_backend
 
     cfg = _compose([f"model={model}"])
     generation = OmegaConf.to_container(cfg.model.generation, resolve=True)

@@ -23,7 +23,8 @@ import hydra
 from omegaconf import DictConfig
 
 from clag.data import DatasetError
-from clag.runner import RunSpec, execute
+from clag.running.loop import execute
+from clag.running.spec import RunSpec
 
 log = logging.getLogger("clag.run")
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from scripted_llm import ScriptedBackend
 
-from clag import bench, runner
+from clag import bench
 from clag.llm.base import GenerationConfig
+from clag.running import loop as runner
 
 
 def echo_backend(words: int = 5) -> ScriptedBackend:

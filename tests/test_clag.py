@@ -19,7 +19,7 @@ from clag.llm.client import UsageMeter
 from clag.memory.base import MemorySystem
 from clag.memory.clag_method import ClagMemory, match_candidate
 from clag.run import CONFIG_DIR
-from clag.runner import ingestion_key
+from clag.running.snapshots import ingestion_key
 from clag.types import Question
 
 

@@ -64,7 +64,7 @@ class MemoryBase:
 
     ``retrieval_params`` names constructor parameters that act only at
     retrieval time; the runner reuses a memory snapshot across runs that
-    differ only in these (see :func:`clag.runner.ingestion_key`).
+    differ only in these (see :func:`clag.running.snapshots.ingestion_key`).
     """
 
     retrieval_params: frozenset[str] = frozenset()

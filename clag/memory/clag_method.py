@@ -173,7 +173,7 @@ class ClagMemory(MemoryBase):
     """
 
     # Parameters that only shape retrieval: runs differing only in these share one
-    # ingested memory snapshot (clag.runner.ingestion_key).
+    # ingested memory snapshot (clag.running.snapshots.ingestion_key).
     retrieval_params = frozenset({"retrieve_k", "retrieval", "pick_fallback", "merge"})
 
     def __init__(

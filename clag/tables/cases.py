@@ -86,7 +86,7 @@ class Judge:
                 from hydra import compose, initialize_config_dir
 
                 from clag.run import CONFIG_DIR
-                from clag.runner import build_backend, build_client
+                from clag.running.build import build_backend, build_client
 
                 with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
                     cfg = compose(config_name="config", overrides=[f"model={self.name}"])

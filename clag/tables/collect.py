@@ -1,6 +1,6 @@
 """Finished runs, read back from their folders, and the numbers tables take from them.
 
-A run is finished when its ``metrics.json`` exists (``clag/runner.py`` writes
+A run is finished when its ``metrics.json`` exists (``clag.running.results`` writes
 it last, atomically). Everything a table needs is read from the run folder:
 the resolved ``config.yaml`` (method variant values under
 ``method.system``), ``metrics.json`` (means with bootstrap intervals,

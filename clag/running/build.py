@@ -1,0 +1,69 @@
+"""Backends, LLM clients and embedders, each built once and shared.
+
+Model weights are the expensive part of a run: a backend loads them once per
+process (the backend's own memo), an embedder is kept per setting here, and
+every episode gets its own :class:`LLMClient` (its own usage meter) over the
+shared backend and cache.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from clag.embed import Embedder
+from clag.llm.base import GenerationConfig, LLMBackend
+from clag.llm.cache import CallCache
+from clag.llm.client import LLMClient
+from clag.llm.coalesce import CoalescingBackend
+
+_EMBEDDERS: dict[str, Embedder] = {}
+
+
+def seed_everything(seed: int) -> None:
+    """One seed for python, numpy and torch (K-Means takes it from the method config)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # torch is a dependency; guard only for exotic installs
+        pass
+
+
+def build_embedder(cfg: DictConfig) -> Embedder:
+    """One embedder per process and setting, shared by methods and sweeps."""
+    key = json.dumps(OmegaConf.to_container(cfg, resolve=True), sort_keys=True)
+    if key not in _EMBEDDERS:
+        _EMBEDDERS[key] = instantiate(cfg)
+    return _EMBEDDERS[key]
+
+
+def build_backend(model_cfg: DictConfig, concurrent: bool = False, coalesce_wait_s: float = 1.0) -> LLMBackend:
+    """The configured backend, behind a :class:`CoalescingBackend` when episodes run concurrently.
+
+    A backend that sets ``serves_concurrently`` (a server that batches the
+    requests it receives itself) gets no coalescer: holding calls back to
+    merge them would only add the wait.
+    """
+    backend = instantiate(model_cfg.backend)
+    if concurrent and not getattr(backend, "serves_concurrently", False):
+        return CoalescingBackend(backend, max_wait_s=coalesce_wait_s)
+    return backend
+
+
+def build_client(backend: LLMBackend, model_cfg: DictConfig, cache_cfg: DictConfig) -> LLMClient:
+    """A client (own usage meter) over a shared backend and cache."""
+    cache = CallCache(cache_cfg.path) if cache_cfg.enabled else None
+    generation = GenerationConfig(**OmegaConf.to_container(model_cfg.generation, resolve=True))
+    stage_settings = (
+        OmegaConf.to_container(model_cfg.stage_settings, resolve=True) if "stage_settings" in model_cfg else {}
+    )
+    return LLMClient(
+        backend, cache, generation, stage_settings, constrained_json=bool(model_cfg.get("constrained_json", True))
+    )

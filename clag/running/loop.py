@@ -1,0 +1,114 @@
+"""The run loop: claim the folder, load the slice, build once, run the episodes (side by side or not), finish.
+
+A finished run returns at once; a killed run, started again, keeps every
+finished row and snapshot and redoes only what is missing (see
+:mod:`clag.running.episode` for why that gives the same predictions).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from pathlib import Path
+
+from hydra.utils import instantiate
+
+from clag.answer import Answerer
+from clag.data import load_episodes
+from clag.llm.base import GenerationConfig, LLMBackend
+from clag.memory.base import MemorySystem
+from clag.running.build import build_backend, build_client, build_embedder, seed_everything
+from clag.running.episode import answer_episode, prepare_memory
+from clag.running.folder import JsonlLog, RunFolder
+from clag.running.results import finish_run
+from clag.running.spec import RunSpec
+from clag.types import Episode
+
+log = logging.getLogger(__name__)
+
+
+def execute(spec: RunSpec, wrap_backend: Callable[[LLMBackend], LLMBackend] | None = None) -> Path:
+    """Run (or resume, or skip) one run; returns its folder.
+
+    Args:
+        spec: The run.
+        wrap_backend: Applied to the built backend (outside the coalescer)
+            before any call; the benchmark times calls with it.
+
+    Raises:
+        RunFolderError: The folder holds another config's run, or the disk
+            refused a write (the message is one line; finished rows are kept).
+    """
+    cfg = spec.cfg
+    folder = RunFolder(spec.run_dir)
+    if folder.is_finished(spec.config_hash):
+        log.info("finished run found at %s; nothing to do", folder.path)
+        return folder.path
+    folder.claim(spec, on_mismatch=str(cfg.runner.get("on_config_mismatch", "refuse")))
+    seed_everything(int(cfg.seed))
+    wall_start = time.perf_counter()
+
+    episodes = load_episodes(
+        cfg.dataset.name,
+        cfg.paths.data_dir,
+        variant=cfg.dataset.get("variant"),
+        episodes=cfg.limit.episodes,
+        items=cfg.limit["items"],
+        questions=cfg.limit.questions,
+        categories=cfg.limit.categories,
+        episode_ids=cfg.limit.episode_ids,
+    )
+    workers = max(1, min(int(cfg.runner.concurrent_episodes), len(episodes)))
+    backend = build_backend(cfg.model, concurrent=workers > 1, coalesce_wait_s=float(cfg.runner.coalesce_wait_s))
+    if wrap_backend is not None:
+        backend = wrap_backend(backend)
+    embedder = build_embedder(cfg.embedder)
+    if cfg.runner.warmup:
+        # Loads the weights and compiles kernels outside every timed question.
+        backend.generate(["Hello"], GenerationConfig(max_new_tokens=2))
+        embedder.encode(["warm-up"])
+    predictions = JsonlLog(folder.predictions, "question_id", spec.config_hash)
+    episode_log = JsonlLog(folder.episodes, "episode_id", spec.config_hash)
+    structure = {episode_id: record.get("structure", {}) for episode_id, record in episode_log.rows.items()}
+    lock = threading.Lock()
+
+    def run_episode(episode: Episode) -> None:
+        if all(predictions.done(q.id) for q in episode.questions):
+            return
+        llm = build_client(backend, cfg.model, cfg.cache)
+        system: MemorySystem = instantiate(cfg.method.system, llm=llm, embedder=embedder)
+        record = prepare_memory(system, episode, cfg, folder.path, llm, spec.config_hash)
+        if record is not None:
+            episode_log.write([record])
+        with lock:
+            structure[episode.id] = system.describe()
+        answerer = Answerer(llm, seed=int(cfg.seed), adversarial_temperature=cfg.answer.adversarial_temperature)
+        answer_episode(system, episode, answerer, llm, predictions, cfg)
+
+    if workers == 1:
+        for episode in episodes:
+            run_episode(episode)
+    else:
+        # Episodes are independent streams; their LLM calls meet in shared batches (the coalescer's or a server's).
+        def scoped(episode: Episode) -> None:
+            client = getattr(backend, "client", None)
+            with client() if client is not None else nullcontext():
+                run_episode(episode)
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(scoped, episodes))
+        if batches := getattr(backend, "batches", 0):  # the coalescer's (or a wrapper's) counters
+            log.info(
+                "%d LLM requests of %d concurrent episodes went out in %d batches",
+                backend.merged_requests,
+                workers,
+                batches,
+            )
+
+    rows = [predictions.rows[q.id] for ep in episodes for q in ep.questions if q.id in predictions.rows]
+    finish_run(spec, folder, rows, episodes, episode_log.rows, structure, backend, wall_start)
+    return folder.path

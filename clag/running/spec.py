@@ -1,0 +1,98 @@
+"""The run spec: a resolved config, the hash that names what it computes, and its folder.
+
+The hash covers every key that can change a prediction or a metric and
+leaves out those that only say where things go or how they are shown
+(:data:`UNHASHED`), so the same run always lands in (and resumes from) the
+same folder, and a folder can tell whether a run is its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+# Keys that do not change what a run computes, left out of the run's hash.
+UNHASHED = (
+    "paths",
+    "logger",
+    "run_dir",
+    "runner.progress",
+    "runner.reuse_memory_from",
+    "runner.warmup",
+    "runner.on_config_mismatch",
+    "cache",
+    "hydra",
+)
+
+
+def hashed_view(container: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config the hash covers, as plain JSON values."""
+    trimmed = json.loads(json.dumps(container, default=str))
+    for dotted in UNHASHED:
+        node = trimmed
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.get(key, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return trimmed
+
+
+def hash_config(container: dict[str, Any]) -> str:
+    """SHA-256 of :func:`hashed_view` with sorted keys."""
+    return hashlib.sha256(json.dumps(hashed_view(container), sort_keys=True).encode()).hexdigest()
+
+
+def config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of the keys whose values differ between two configs (added and removed keys included)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key not in old or key not in new:
+                out.append(path)
+            else:
+                out.extend(config_diff(old[key], new[key], path))
+        return out
+    return [] if old == new else [prefix or "<root>"]
+
+
+@dataclass
+class RunSpec:
+    """A resolved config plus the folder it writes to.
+
+    Attributes:
+        cfg: The composed config.
+        run_dir: ``run_dir`` when given, else the hash-named folder under the runs folder.
+        config_hash: :func:`hash_config` of the resolved config.
+        explicit_dir: Whether the user named the folder (only then can it hold another config's run).
+    """
+
+    cfg: DictConfig
+    run_dir: Path
+    config_hash: str
+    explicit_dir: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> RunSpec:
+        config_hash = hash_config(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))
+        if cfg.get("run_dir"):
+            return cls(cfg=cfg, run_dir=Path(cfg.run_dir), config_hash=config_hash, explicit_dir=True)
+        run_dir = (
+            Path(cfg.paths.runs_dir)
+            / cfg.exp
+            / cfg.dataset.name
+            / cfg.method.name
+            / cfg.model.name
+            / f"seed{cfg.seed}-{config_hash[:8]}"
+        )
+        return cls(cfg=cfg, run_dir=run_dir, config_hash=config_hash)
+
+    def hashed_config(self) -> dict[str, Any]:
+        """:func:`hashed_view` of this spec's resolved config."""
+        return hashed_view(OmegaConf.to_container(self.cfg, resolve=True, throw_on_missing=False))
