@@ -1,0 +1,236 @@
+"""What a set of runs says about the paper's claims, and why: paired tests and CLAG's telemetry.
+
+The reference run (``make reference``) is the first one large enough for its
+numbers to mean something, so its outcome is written as findings rather than
+only as tables beside the paper's:
+
+* **claims**: for each claim the slice can test (CLAG ahead of each baseline
+  on a dataset; agentic routing ahead of cosine / K-Means routing, Table 5;
+  localized evolution and two-stage retrieval ahead of their global versions,
+  Table 7), the paired difference over the same questions
+  (:func:`clag.compare.paired_difference`) with its 95% interval, and a
+  verdict that only says "ahead" or "behind" when the interval excludes 0;
+* **telemetry**: per CLAG run, how its clusters formed (count and sizes per
+  episode), how notes were routed (agentic picks vs fallbacks vs new
+  clusters), how often the question-time picker chose clusters vs left the
+  search global, and how often the small model's JSON failed per stage (an
+  echoed placeholder counts as a failure: :mod:`clag.llm.json_parse`).
+
+    python -m clag.tables.findings results/reference/runs --out results/reference/findings.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clag.compare import paired_difference
+from clag.metrics.aggregate import format_estimate
+from clag.tables.collect import RunRecord, find_runs, matches, select_run
+from clag.tables.specs import load_defaults
+
+log = logging.getLogger(__name__)
+
+BASELINES = ("rag", "amem", "gam", "memoryos", "full_context", "no_memory")
+METRICS = ("f1", "bleu1", "j_lenient")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One comparison the paper makes: run A (``method`` + ``where``) ahead of run B on ``dataset``."""
+
+    label: str
+    dataset: str
+    a: tuple[str, dict[str, Any]]
+    b: tuple[str, dict[str, Any]]
+    source: str = ""
+    metrics: tuple[str, ...] = METRICS
+
+
+@dataclass
+class Finding:
+    claim: Claim
+    per_metric: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+
+def default_claims(clag_default: dict[str, Any]) -> list[Claim]:
+    """The paper's comparisons a LoCoMo + BioASQ slice can test."""
+    clag = ("clag", dict(clag_default))
+    claims = [
+        Claim(f"CLAG vs {baseline} on {dataset}", dataset, clag, (baseline, {}), "Tables 1, 3, 15")
+        for dataset in ("locomo", "bioasq")
+        for baseline in BASELINES
+    ]
+    for label, where in (
+        ("agentic vs cosine routing", {"routing": "cosine"}),
+        ("agentic vs K-Means routing", {"routing": "kmeans"}),
+    ):
+        claims.append(Claim(label, "bioasq", clag, ("clag", {**clag_default, **where}), "Table 5"))
+    for label, where in (
+        ("localized vs global evolution", {"evolution_scope": "global"}),
+        ("two-stage vs global retrieval", {"retrieval": "global"}),
+    ):
+        claims.append(Claim(label, "bioasq", clag, ("clag", {**clag_default, **where}), "Table 7"))
+    return claims
+
+
+def _run(runs: list[RunRecord], method: str, dataset: str, where: dict[str, Any]) -> RunRecord | None:
+    """The run of ``method`` whose explicit switches equal ``where`` (a variant never stands in for another)."""
+    exact = [r for r in runs if matches(r, method, dataset, [], where) and all(k in r.params for k in where)]
+    return select_run(exact or [], method, dataset, [], where, [])
+
+
+def evaluate(runs: list[RunRecord], claims: Sequence[Claim], samples: int = 10000) -> list[Finding]:
+    """Paired differences A - B for every claim whose two runs exist."""
+    findings = []
+    for claim in claims:
+        run_a = _run(runs, claim.a[0], claim.dataset, claim.a[1])
+        run_b = _run(runs, claim.b[0], claim.dataset, claim.b[1])
+        if run_a is None or run_b is None or run_a.path == run_b.path:
+            continue
+        finding = Finding(claim)
+        for metric in claim.metrics:
+            finding.per_metric[metric] = paired_difference(
+                run_a.predictions, run_b.predictions, metric, samples=samples
+            )
+        findings.append(finding)
+    return findings
+
+
+def verdict(result: dict[str, Any] | None) -> str:
+    """``ahead`` / ``behind`` only when the 95% interval of A - B excludes 0."""
+    if result is None:
+        return "—"
+    if result["ci_low"] > 0:
+        return "ahead"
+    if result["ci_high"] < 0:
+        return "behind"
+    return "no difference shown"
+
+
+def claims_table(findings: Sequence[Finding]) -> str:
+    metrics = sorted({m for f in findings for m in f.per_metric}, key=METRICS.index)
+    header = "| claim (A vs B) | dataset | paper | n | " + " | ".join(f"{m}: A - B [95% CI], verdict" for m in metrics)
+    lines = [header + " |", "|" + "---|" * (4 + len(metrics))]
+    for finding in findings:
+        cells = []
+        n = "—"
+        for metric in metrics:
+            result = finding.per_metric.get(metric)
+            if result is None:
+                cells.append("—")
+                continue
+            n = str(result["n"])
+            cells.append(f"{format_estimate(result, signed=True)}, {verdict(result)}")
+        claim = finding.claim
+        lines.append(f"| {claim.label} | {claim.dataset} | {claim.source} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def clag_telemetry(run: RunRecord) -> dict[str, Any]:
+    """Clusters, routing, picking and JSON failures of one CLAG run, from its metrics and predictions."""
+    structure = run.metrics.get("structure") or {}
+    counts = [int(s.get("clusters") or 0) for s in structure.values()]
+    sizes = [int(v) for s in structure.values() for v in (s.get("cluster_sizes") or {}).values()]
+    routes: Counter[str] = Counter()
+    route_fallbacks = 0
+    for s in structure.values():
+        routes.update(s.get("routing") or {})
+        route_fallbacks += int(s.get("route_fallbacks_total") or 0)
+    rows = run.predictions
+    telemetry = [row.get("telemetry") or {} for row in rows]
+    picked = [t for t in telemetry if "selected" in t]
+    usage = run.metrics.get("usage") or {}
+    failures: dict[str, str] = {}
+    for phase in ("ingestion", "questions"):
+        for stage, c in (usage.get(phase) or {}).items():
+            if c.get("json_calls"):
+                failures[stage] = f"{int(c.get('parse_failures', 0))}/{int(c['json_calls'])}"
+    total_routes = sum(routes.values())
+    return {
+        "episodes": len(structure),
+        "clusters per episode": f"{np.mean(counts):.1f} ({min(counts)}-{max(counts)})" if counts else "—",
+        "cluster size": f"{np.mean(sizes):.1f} (max {max(sizes)})" if sizes else "—",
+        "routes": ", ".join(f"{k} {v}" for k, v in routes.most_common()) or "—",
+        "route fallbacks": f"{route_fallbacks}/{total_routes}" if total_routes else "—",
+        "questions picking clusters": f"{sum(bool(t.get('selected')) for t in picked)}/{len(picked)}",
+        "questions searched in clusters": f"{sum(t.get('mode') == 'cluster' for t in telemetry)}/{len(telemetry)}",
+        "pick fallbacks": f"{sum(bool(t.get('pick_fallback')) for t in picked)}/{len(picked)}",
+        "mean search space / notes": _ratio(telemetry),
+        "JSON failures (failed/JSON calls)": ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "—",
+    }
+
+
+def _ratio(telemetry: list[dict[str, Any]]) -> str:
+    spaces = [(t["search_space"], t["total_notes"]) for t in telemetry if t.get("total_notes")]
+    if not spaces:
+        return "—"
+    return f"{np.mean([s for s, _ in spaces]):.0f} / {np.mean([n for _, n in spaces]):.0f}"
+
+
+def telemetry_table(runs: list[RunRecord]) -> str:
+    clag_runs = sorted((r for r in runs if r.method == "clag"), key=lambda r: (r.dataset, _variant(r)))
+    if not clag_runs:
+        return "(no CLAG run)"
+    columns = [(f"{r.dataset} / {_variant(r)}", clag_telemetry(r)) for r in clag_runs]
+    keys = list(columns[0][1])
+    lines = ["| | " + " | ".join(label for label, _ in columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [f"| {key} | " + " | ".join(str(values[key]) for _, values in columns) + " |" for key in keys]
+    return "\n".join(lines)
+
+
+def machine(run: RunRecord) -> str:
+    """Where a run was computed: its GPUs, else its CPU model (from the run's provenance)."""
+    hardware = run.info.get("hardware") or {}
+    return ", ".join(hardware.get("gpu") or []) or str(hardware.get("cpu_model") or "")
+
+
+def _variant(run: RunRecord) -> str:
+    p = run.params
+    return f"{p.get('routing')}, {p.get('evolution_scope')} evolution, {p.get('retrieval')} retrieval"
+
+
+def render(runs_dir: Path) -> str:
+    runs = find_runs(runs_dir)
+    findings = evaluate(runs, default_claims(load_defaults().clag_default))
+    where = sorted({machine(r) for r in runs} - {""})
+    models = sorted({f"{r.model} ({r.info.get('engine', '?')}, {r.info.get('dtype', '?')})" for r in runs})
+    return "\n\n".join(
+        [
+            "# Findings of the runs under " + str(runs_dir),
+            f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed on: {'; '.join(where) or '—'}.",
+            "## Claims: A - B over the same questions (percentage points; paired bootstrap, 10,000 resamples)",
+            "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0.",
+            claims_table(findings) if findings else "(no pair of runs to compare yet)",
+            "## CLAG telemetry",
+            telemetry_table(runs),
+        ]
+    ) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clag.tables.findings", description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path, help="a runs folder (e.g. results/reference/runs)")
+    parser.add_argument("--out", type=Path, help="write the Markdown here instead of printing it")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    text = render(args.runs)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+        log.info("wrote %s", args.out)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

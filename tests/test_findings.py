@@ -1,0 +1,55 @@
+"""Findings: paired verdicts only where the interval excludes 0, and CLAG telemetry read from run folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from clag.tables.collect import find_runs
+from clag.tables.findings import default_claims, evaluate, render, telemetry_table, verdict
+
+CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "two_stage"}
+
+
+def _run(root: Path, name: str, method: str, params: dict, f1: list[float], telemetry: list[dict] | None = None,
+         structure: dict | None = None) -> None:
+    folder = root / name
+    folder.mkdir(parents=True)
+    config = {"exp": "reference", "method": {"name": method, "system": params}, "dataset": {"name": "locomo"},
+              "model": {"name": "qwen2.5-0.5b"}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    rows = [
+        {"question_id": f"q{i}", "category": 4, "f1": value, "bleu1": value / 2, "telemetry": (telemetry or [{}])[0]}
+        for i, value in enumerate(f1)
+    ]
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": "reference", "engine": "vllm",
+           "dtype": "bfloat16", "hardware": {"cpu_model": "AMD EPYC", "gpu": []}}
+    metrics = {"run": run, "structure": structure or {},
+               "usage": {"ingestion": {"route": {"json_calls": 50, "parse_failures": 2}}, "questions": {}}}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
+    clag_f1 = [0.6, 0.7, 0.5, 0.8, 0.6, 0.7, 0.9, 0.6, 0.7, 0.8, 0.6, 0.7]
+    _run(tmp_path, "clag", "clag", CLAG_DEFAULT, clag_f1,
+         telemetry=[{"selected": ["c1"], "mode": "cluster", "search_space": 30, "total_notes": 150}],
+         structure={"conv-26": {"clusters": 4, "cluster_sizes": {"c1": 30, "c2": 70}, "routing": {"agentic_pick": 48,
+                                "new_cluster_below_tau": 2}, "route_fallbacks_total": 1}})
+    _run(tmp_path, "rag", "rag", {}, [v - 0.3 for v in clag_f1])  # CLAG ahead on every question
+    _run(tmp_path, "amem", "amem", {}, [v + (0.05 if i % 2 else -0.05) for i, v in enumerate(clag_f1)])
+    runs = find_runs(tmp_path)
+    findings = {f.claim.label: f for f in evaluate(runs, default_claims(CLAG_DEFAULT), samples=2000)}
+    assert set(findings) == {"CLAG vs rag on locomo", "CLAG vs amem on locomo"}  # only pairs that exist
+    assert verdict(findings["CLAG vs rag on locomo"].per_metric["f1"]) == "ahead"
+    assert verdict(findings["CLAG vs amem on locomo"].per_metric["f1"]) == "no difference shown"
+    assert findings["CLAG vs rag on locomo"].per_metric["j_lenient"] is None  # no judge ran: no value, no verdict
+
+    table = telemetry_table(runs)
+    assert "4.0 (4-4)" in table and "50.0 (max 70)" in table
+    assert "agentic_pick 48, new_cluster_below_tau 2" in table and "1/50" in table
+    assert "12/12" in table and "30 / 150" in table and "route 2/50" in table
+    text = render(tmp_path)
+    assert "AMD EPYC" in text and "qwen2.5-0.5b (vllm, bfloat16)" in text
