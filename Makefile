@@ -61,13 +61,15 @@ demo: install data ## Main job: every method on real slices of the 3 datasets, t
 	$(PY) -m clag.run -m experiment=demo
 	$(MAKE) tables TABLES_DIR=results/demo
 
-reference: install ## Reference-scale run (hours on a CPU; resumes from results/reference/), then its tables
+reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; resumes from results/reference/), then its tables
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
+	$(PY) -m clag.llm.serve start experiment=reference
 	status=0; \
 	for e in reference reference_ablations; do \
 		$(PY) -m clag.run -m experiment=$$e $(REFERENCE_ARGS) || { status=$$?; break; }; \
 	done; \
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
+	$(PY) -m clag.llm.serve stop experiment=reference; \
 	exit $$status
 	$(PY) -m clag.tables --runs $(REFERENCE)/runs --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
 
