@@ -59,6 +59,7 @@ from clag.llm.client import LLMClient
 from clag.metrics import MetricSettings, answer_tables, cohen_kappa
 from clag.metrics.aggregate import format_estimate
 from clag.metrics.scoring import category_label, category_number
+from clag.running.folder import read_jsonl, rewrite_jsonl, write_json
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ def judge_client(settings: JudgeSettings, run_cfg: Mapping[str, Any], backend: A
     """
     from omegaconf import OmegaConf
 
-    from clag.runner import build_backend, build_client
+    from clag.running.build import build_backend, build_client
 
     own = str((run_cfg.get("model") or {}).get("name", ""))
     if settings.model in (None, own):
@@ -288,6 +289,25 @@ def judge_client(settings: JudgeSettings, run_cfg: Mapping[str, Any], backend: A
     if client is None:
         raise RuntimeError(f"judge model {settings.model!r} cannot be built (see the warning above)")
     return client, str(settings.model)
+
+
+def judge_at_end(
+    cfg: Any, scored: Sequence[Mapping[str, Any]], backend: Any = None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The runner's hook: judge a run's scored rows when ``metrics.judge.enabled``.
+
+    Returns the (judged) rows and the ``judge`` summary for ``metrics.json``,
+    or the rows unchanged and None when the judge is off. ``backend`` is the
+    run's own, reused when the judge is the run's model.
+    """
+    from omegaconf import OmegaConf
+
+    run_cfg = OmegaConf.to_container(cfg, resolve=True)
+    settings = JudgeSettings.from_config((run_cfg.get("metrics") or {}).get("judge"))
+    if not settings.enabled:
+        return [dict(row) for row in scored], None
+    llm, name = judge_client(settings, run_cfg, backend)
+    return judge_rows(scored, llm, settings, str(run_cfg["dataset"]["name"]), name)
 
 
 def apply_judge(
@@ -313,12 +333,6 @@ def apply_judge(
     return judged
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def judge_run(run_dir: Path, settings: JudgeSettings, llm: LLMClient | None = None) -> dict[str, Any]:
     """Judge one finished run folder in place; returns its updated ``metrics.json``.
 
@@ -331,19 +345,14 @@ def judge_run(run_dir: Path, settings: JudgeSettings, llm: LLMClient | None = No
             raise FileNotFoundError(f"{run_dir} is not a finished run folder: {path.name} is missing")
     run_cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     metrics = json.loads(metrics_path.read_text())
-    rows = []
-    for number, line in enumerate(predictions_path.read_text(encoding="utf-8").splitlines(), start=1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise ValueError(f"{predictions_path}: line {number} is not JSON") from None
+    rows = read_jsonl(predictions_path)
     name = settings.model or str((run_cfg.get("model") or {}).get("name", ""))
     if llm is None:
         llm, name = judge_client(settings, run_cfg)
     dataset = str((run_cfg.get("dataset") or {}).get("name", "")) or None
     judged = apply_judge(rows, metrics, llm, settings, dataset, name)
-    _write_atomic(predictions_path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in judged))
-    _write_atomic(metrics_path, json.dumps(metrics, indent=2, ensure_ascii=False, default=str))
+    rewrite_jsonl(predictions_path, judged)
+    write_json(metrics_path, metrics)
     return metrics
 
 

@@ -256,3 +256,22 @@ def test_real_judge_on_locomo_rows(tmp_path, data_dir):
     again, _ = judge_rows(data, llm, JudgeSettings(), "locomo", name)
     assert again == judged  # cached and greedy: the same verdicts
     assert llm.usage.snapshot()["judge_lenient"]["cache_hits"] == 4
+
+
+def test_the_runners_hook_judges_only_when_enabled():
+    from hydra import compose, initialize_config_dir
+
+    from clag.judge import judge_at_end
+    from clag.run import CONFIG_DIR
+
+    backend = ScriptedBackend(scripted_judge)
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        off = compose(config_name="config", overrides=["dataset=locomo", "cache.enabled=false"])
+        on = compose(
+            config_name="config", overrides=["dataset=locomo", "cache.enabled=false", "metrics.judge.enabled=true"]
+        )
+    same, summary = judge_at_end(off, rows(), backend)
+    assert summary is None and same == rows() and not backend.calls
+    judged, summary = judge_at_end(on, rows(), backend)  # the run's own model: its backend is reused
+    assert [r["j_lenient"] for r in judged] == [1.0, 1.0, 0.0, None, None, None]
+    assert summary["model"] == "qwen2.5-0.5b" and summary["model_identity"] == {"backend": "scripted"}

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
+from clag.judge import judge_at_end
 from clag.llm.base import LLMBackend
 from clag.metrics import MetricSettings, aggregate_rows, score_rows
 from clag.running.folder import RunFolder, rewrite_jsonl, write_json
@@ -70,11 +71,12 @@ def build_metrics(
     episode_log: dict[str, EpisodeRecord],
     structure: dict[str, dict[str, Any]],
     run: RunInfo,
+    dataset: str | None = None,
 ) -> Metrics:
-    """Every part of ``metrics.json``, in one place."""
+    """Every part of ``metrics.json``, in one place (``dataset`` selects LoCoMo's category-set means)."""
     return Metrics(
         schema_version=SCHEMA_VERSION,
-        **aggregate_rows(scored, settings),  # type: ignore[typeddict-item]
+        **aggregate_rows(scored, settings, dataset),  # type: ignore[typeddict-item]
         usage=usage_summary(episodes, episode_log, scored),
         structure={episode.id: structure[episode.id] for episode in episodes if episode.id in structure},
         run=run,
@@ -99,9 +101,12 @@ def finish_run(
     cfg = spec.cfg
     settings = metric_settings(cfg)
     scored: list[ScoredRow] = score_rows(rows, settings)  # type: ignore[assignment]
+    scored, judge = judge_at_end(cfg, scored, backend)  # type: ignore[assignment]  # metrics.judge (clag.judge)
     rewrite_jsonl(folder.predictions, scored)
     run = provenance(spec, backend, episodes, time.perf_counter() - wall_start)
-    metrics = build_metrics(scored, settings, episodes, episode_log, structure, run)
+    metrics = build_metrics(scored, settings, episodes, episode_log, structure, run, str(cfg.dataset.name))
+    if judge is not None:
+        metrics["judge"] = judge  # type: ignore[typeddict-unknown-key]
     write_json(folder.metrics, metrics)
     if cfg.logger.get("enabled"):
         from clag.tracking import log_run
