@@ -1,0 +1,63 @@
+"""The reference scale: the slices its configs promise, and a resume path that reuses committed calls."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from clag.data import load_episodes
+from clag.run import CONFIG_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compose(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
+def _episodes(cfg, data_dir: Path):
+    limit = OmegaConf.to_container(cfg.limit, resolve=True)
+    return load_episodes(cfg.dataset.name, data_dir, variant=cfg.dataset.get("variant"), **limit)
+
+
+def test_reference_slices_hold_the_questions_the_configs_state(data_dir: Path) -> None:
+    locomo = _episodes(_compose(["experiment=reference", "dataset=locomo"]), data_dir)
+    assert [e.id for e in locomo] == ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43"]
+    assert all(len(e.items) == 150 for e in locomo)
+    categories = Counter(q.category for e in locomo for q in e.questions)
+    assert sum(categories.values()) == 265
+    assert dict(categories) == {1: 22, 2: 51, 3: 13, 4: 113, 5: 66}
+
+    bioasq = _episodes(_compose(["experiment=reference", "dataset=bioasq"]), data_dir)
+    assert [len(e.items) for e in bioasq] == [265, 282, 260]
+    assert Counter(q.category for e in bioasq for q in e.questions) == {4: 38, 6: 22}
+
+
+def test_reference_runs_publish_settings_and_pin_what_keys_the_cache() -> None:
+    cfg = _compose(["experiment=reference", "method=clag"])
+    assert (cfg.method.system.buffer_size, cfg.method.system.tau_split) == (100, 300)  # Table 8, not demo's
+    assert cfg.model.engine == "vllm" and cfg.model.backend.dtype == "bfloat16"  # never `auto`
+    assert cfg.cache.path == "results/reference/llm_cache.sqlite"
+    assert cfg.paths.runs_dir == "results/reference/runs"
+    ablations = _compose(["experiment=reference_ablations"])
+    params = ablations.hydra.sweeper.params
+    assert (params.dataset, params.method) == ("bioasq", "clag")
+    assert set(params["+variant"].split(",")) == {"routing_cosine", "routing_kmeans", "global_evolution",
+                                                    "global_retrieval"}
+
+
+def test_committed_reference_cache_is_small_and_readable() -> None:
+    """The shards a fresh clone imports to resume (kept under ~50 MB of repository growth)."""
+    from clag.llm.cache_shards import read_shard, shard_paths
+
+    shards = shard_paths(ROOT / "results" / "reference" / "llm_cache")
+    assert sum(p.stat().st_size for p in shards) < 50e6
+    for path in shards:
+        for key, completion in read_shard(path):
+            assert len(key) == 64 and completion.completion_tokens >= 0
