@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 METHOD_LABELS = {row["method"]: row["label"] for row in METHOD_ROWS}
 RESIDUAL = "Residual ambiguity"
 UNCLASSIFIED = "Unclassified"
-CASE_EXPS = ["table1", "demo", "reproduce"]
+CASE_EXPS = ["table1", "demo"]
 JUDGE_SCHEMA = {
     "type": "object",
     "properties": {"category": {"type": "string"}, "reason": {"type": "string"}},
