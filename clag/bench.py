@@ -801,12 +801,9 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> None:
 
 
 def _compose(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
+    from clag.config import compose_config
 
-    from clag.run import CONFIG_DIR
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+    return compose_config(overrides)
 
 
 def run_llm_section(

@@ -11,14 +11,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from test_agentic_core import Script, client, no_evolution, one_thread_embedder, topic_items
 
+from clag.config import compose_config
 from clag.embed import Embedder
 from clag.llm.client import UsageMeter
 from clag.memory.base import MemorySystem
 from clag.memory.clag_method import ClagMemory, match_candidate
-from clag.run import CONFIG_DIR
 from clag.running.snapshots import ingestion_key
 from clag.types import Question
 
@@ -377,8 +376,7 @@ def test_evolution_links_and_rewrites_inside_the_cluster(embedder):
 
 def test_retrieval_only_variants_share_the_ingested_snapshot():
     def key(*overrides: str) -> str:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return ingestion_key(compose(config_name="config", overrides=["method=clag", *overrides]))
+        return ingestion_key(compose_config(["method=clag", *overrides]))
 
     base = key()
     assert key("method.system.retrieval=global") == base

@@ -219,12 +219,11 @@ def test_cli_names_a_folder_that_is_no_run(tmp_path, capsys):
 @pytest.mark.model
 def test_real_judge_on_locomo_rows(tmp_path, data_dir):
     """Four real LoCoMo questions, gold copied vs an unrelated answer, judged by the 0.5B model with both prompts."""
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from clag.config import compose_config
     from clag.data import load_episodes
     from clag.judge import judge_client
-    from clag.run import CONFIG_DIR
 
     [episode] = load_episodes("locomo", data_dir, episode_ids=["conv-26"], items=40)
     picked = [q for q in episode.questions if q.category in (2, 4)][:2]
@@ -240,8 +239,7 @@ def test_real_judge_on_locomo_rows(tmp_path, data_dir):
                     "category": q.category,
                 }
             )
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["model=qwen2.5-0.5b", f"cache.path={tmp_path}/cache.sqlite"])
+    cfg = compose_config(["model=qwen2.5-0.5b", f"cache.path={tmp_path}/cache.sqlite"])
     llm, name = judge_client(JudgeSettings(), OmegaConf.to_container(cfg, resolve=True))
     judged, summary = judge_rows(data, llm, JudgeSettings(), "locomo", name)
     for name_ in ("lenient", "strict"):
@@ -259,17 +257,12 @@ def test_real_judge_on_locomo_rows(tmp_path, data_dir):
 
 
 def test_the_runners_hook_judges_only_when_enabled():
-    from hydra import compose, initialize_config_dir
-
+    from clag.config import compose_config
     from clag.judge import judge_at_end
-    from clag.run import CONFIG_DIR
 
     backend = ScriptedBackend(scripted_judge)
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        off = compose(config_name="config", overrides=["dataset=locomo", "cache.enabled=false"])
-        on = compose(
-            config_name="config", overrides=["dataset=locomo", "cache.enabled=false", "metrics.judge.enabled=true"]
-        )
+    off = compose_config(["dataset=locomo", "cache.enabled=false"])
+    on = compose_config(["dataset=locomo", "cache.enabled=false", "metrics.judge.enabled=true"])
     same, summary = judge_at_end(off, rows(), backend)
     assert summary is None and same == rows() and not backend.calls
     judged, summary = judge_at_end(on, rows(), backend)  # the run's own model: its backend is reused

@@ -377,10 +377,10 @@ def test_save_and_load_round_trip_the_whole_state(embedder, tmp_path):
 ])
 def test_configs_instantiate_the_paper_and_locomo_eval_presets(embedder, method, expected):
     import hydra
-    from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"method={method}"])
+    from clag.config import compose_config
+
+    cfg = compose_config([f"method={method}"])
     memory = hydra.utils.instantiate(cfg.method.system, llm=LLMClient(ScriptedBackend(scripted)), embedder=embedder)
     assert isinstance(memory, MemoryOSMemory) and cfg.method.name == method
     assert {key: getattr(memory, key) for key in expected} == expected

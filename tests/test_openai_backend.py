@@ -238,14 +238,12 @@ def test_behind_the_client_a_rerun_is_served_from_the_cache(server: ScriptedServ
 
 @pytest.mark.parametrize("overrides", [["engine=vllm"], ["model=qwen3-0.6b", "engine=vllm"], ["model=authors_sglang"]])
 def test_served_model_configs_instantiate_to_json_ready_backends(overrides: list[str], server: ScriptedServer) -> None:
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from clag.run import CONFIG_DIR
+    from clag.config import compose_config
 
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        config = compose(config_name="config", overrides=[*overrides, f"model.backend.base_url={server.url}"]).model
+    config = compose_config([*overrides, f"model.backend.base_url={server.url}"]).model
     made = instantiate(config.backend)
     json.dumps(made.identity())  # part of every cache key
     generation = GenerationConfig(**OmegaConf.to_container(config.generation))
@@ -258,12 +256,9 @@ def test_served_model_configs_instantiate_to_json_ready_backends(overrides: list
 
 def test_authors_preset_follows_the_authors_temperatures() -> None:
     """dmis-lab/CLAG: get_completion's default 0.7, routing 0.2, cluster profiles 0.3, category 5 at 0.5."""
-    from hydra import compose, initialize_config_dir
+    from clag.config import compose_config
 
-    from clag.run import CONFIG_DIR
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["model=authors_sglang"])
+    cfg = compose_config(["model=authors_sglang"])
     assert cfg.model.engine == "vllm" and cfg.model.prompt_format == "raw" and not cfg.model.backend.extra_body
     assert cfg.model.generation.temperature == 0.7 and cfg.model.generation.max_new_tokens == 1000
     assert cfg.model.stage_settings.route.temperature == 0.2

@@ -5,20 +5,16 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from clag.config import compose_config
 from clag.data import load_episodes
-from clag.run import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _compose(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    return compose_config(overrides, return_hydra_config=True)
 
 
 def _episodes(cfg, data_dir: Path):

@@ -456,11 +456,9 @@ class VLLMServer:
 
 def compose_spec(overrides: Sequence[str]) -> ServerSpec:
     """The server spec of the model that ``python -m clag.run <overrides> engine=vllm`` would use."""
-    from hydra import compose, initialize_config_dir
+    from clag.config import compose_config  # light: clag.run would load the whole runner for a CLI call
 
-    # the folder clag.run reads, named here: importing clag.run would load the whole runner for a CLI call
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*overrides, "engine=vllm"])
+    cfg = compose_config([*overrides, "engine=vllm"])
     return ServerSpec.from_model_config(cfg.model)
 
 

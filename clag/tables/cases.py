@@ -83,13 +83,10 @@ class Judge:
         """The client, built from ``configs/model/<name>.yaml`` exactly as a run builds it; None if it cannot be."""
         if self.llm is None and not self.unavailable:
             try:
-                from hydra import compose, initialize_config_dir
-
-                from clag.run import CONFIG_DIR
+                from clag.config import compose_config
                 from clag.running.build import build_backend, build_client
 
-                with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-                    cfg = compose(config_name="config", overrides=[f"model={self.name}"])
+                cfg = compose_config([f"model={self.name}"])
                 self.llm = build_client(build_backend(cfg.model), cfg.model, cfg.cache)
             except Exception as err:  # a missing model must not stop the other tables
                 log.warning("failure judge %r unavailable (%s); Tables 13-14 stay unclassified", self.name, err)
