@@ -1,32 +1,39 @@
-"""Every config composes, every experiment expands, and every method instantiates.
+"""Every config composes and passes the schemas, every experiment expands, every method instantiates.
 
 Composition catches typos in YAML and overrides long before a sweep fails
-half-way on a cluster (the lightning-hydra-template habit).
+half-way on a cluster (the lightning-hydra-template habit); the schemas of
+:mod:`clag.config_schema` catch a wrongly typed value in a config file the
+same way they catch one on the command line.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import re
+import typing
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+import yaml
 from hydra.utils import get_class
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from clag.run import CONFIG_DIR
+from clag.config import CONFIG_DIR, compose_config
+from clag.config_schema import SCHEMAS, ConfigError, validate_config
 
-GROUPS = ("method", "dataset", "model", "embedder", "logger", "scale", "experiment")
+ROOT = Path(CONFIG_DIR).parent
+GROUPS = ("method", "dataset", "engine", "model", "embedder", "logger", "scale", "experiment")
+# Launcher configs and the Hydra plugin each needs (launchers are an optional extra: `pip install '.[launchers]'`).
+LAUNCHER_PLUGINS = {
+    "parallel": "hydra_plugins.hydra_joblib_launcher",
+    "slurm": "hydra_plugins.hydra_submitit_launcher",
+    "ray": "hydra_plugins.hydra_ray_launcher",
+}
 
 
 def options(group: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))
-
-
-def compose_config(overrides: list[str], return_hydra_config: bool = False):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -38,6 +45,7 @@ def test_every_option_composes_and_resolves(group):
         OmegaConf.to_container(cfg.method, resolve=True)
         OmegaConf.to_container(cfg.limit, resolve=True)
         assert cfg.method.name and cfg.dataset.name and cfg.model.name
+        validate_config(cfg)  # every value a config file sets has the type and range its schema declares
 
 
 @pytest.mark.parametrize("method", options("method"))
@@ -72,3 +80,91 @@ def test_table7_variants_set_only_their_switch():
     assert (full.method.system.evolution_scope, full.method.system.retrieval) == ("local", "two_stage")
     assert evolution.method.system.evolution_scope == "global"
     assert retrieval.method.system.retrieval == "global"
+
+
+def test_the_schemas_declare_every_key_of_the_default_config():
+    """A key added to configs/config.yaml gets a type here too (unknown keys pass unchecked at run time)."""
+
+    def undeclared(node: DictConfig, schema: type, prefix: str) -> list[str]:
+        hints = typing.get_type_hints(schema)
+        out = []
+        for key in node:
+            where = f"{prefix}.{key}"
+            if key not in hints:
+                out.append(where)
+            elif dataclasses.is_dataclass(hints[key]) and isinstance(node[key], DictConfig):
+                out += undeclared(node[key], hints[key], where)
+        return out
+
+    cfg = compose_config([])
+    # The root holds the groups; the method's keys beside `name` are its system's typed parameters.
+    missing = [key for group, schema in SCHEMAS.items() if group not in ("", "method")
+               for key in undeclared(cfg[group], schema, group)]
+    assert not missing, f"keys without a schema entry in clag/config_schema.py: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("limit.questions=abc", "limit.questions: got 'abc', expected an integer or null"),
+        ("runner.concurrent_episodes=-1", "runner.concurrent_episodes: got -1, expected an integer >= 1"),
+        ("metrics.adversarial_mode=foo", "metrics.adversarial_mode: got 'foo', expected one of paper, official"),
+        ("metrics.judge.prompts=[lenient,loose]", "metrics.judge.prompts"),
+        ("limit.categories=[1,x]", "limit.categories: got [1, 'x'], expected a list of integers or null"),
+        ("method.system.retrieve_k=many", "method.system.retrieve_k: got 'many', expected an integer"),
+        ("+method.system.top_k=5", "method.system.top_k: not a parameter of baselines.rag.RagMemory"),
+        ("method.system._target_=baselines.rag.Nope", "method.system._target_: cannot import 'baselines.rag.Nope'"),
+        ("model.backend.batch_size=big", "model.backend.batch_size: got 'big', expected an integer"),
+    ],
+)
+def test_a_wrong_value_is_one_line_naming_the_key_and_what_it_expects(override, named):
+    with pytest.raises(ConfigError) as caught:
+        validate_config(compose_config([override]))
+    assert named in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("launcher", sorted(p.stem for p in (Path(CONFIG_DIR) / "hydra" / "launcher").glob("*.yaml")))
+def test_every_launcher_config_composes(launcher):
+    plugin = LAUNCHER_PLUGINS.get(launcher)
+    assert plugin, f"configs/hydra/launcher/{launcher}.yaml: name its plugin in LAUNCHER_PLUGINS"
+    if importlib.util.find_spec(plugin.split(".")[0]) is None or importlib.util.find_spec(plugin) is None:
+        pytest.skip(f"{plugin} is not installed (pip install '.[launchers]')")
+    cfg = compose_config(["experiment=table9", f"hydra/launcher={launcher}"], return_hydra_config=True)
+    launcher_cfg = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    assert launcher_cfg["_target_"].startswith("hydra_plugins."), launcher_cfg
+    own = yaml.safe_load((Path(CONFIG_DIR) / "hydra" / "launcher" / f"{launcher}.yaml").read_text())
+    for key, value in own.items():  # each value the file sets reaches the launcher (none is a typo the plugin drops)
+        if key != "defaults":
+            assert launcher_cfg[key] == value, key
+
+
+def experiment_names() -> dict[str, str]:
+    """Experiment config name -> the ``exp`` it runs under."""
+    return {name: compose_config([f"experiment={name}"]).exp for name in options("experiment")}
+
+
+def test_every_exp_a_table_prefers_is_one_an_experiment_defines():
+    defined = set(experiment_names().values())
+    for path in sorted((Path(CONFIG_DIR) / "tables").glob("table*.yaml")):
+        exps = yaml.safe_load(path.read_text()).get("exps", [])
+        assert set(exps) <= defined, f"{path.name}: exps {sorted(set(exps) - defined)} match no experiment"
+
+
+def test_every_experiment_the_makefile_runs_exists():
+    named = set(re.findall(r"experiment=([\w$]+)", (ROOT / "Makefile").read_text()))
+    loops = re.findall(r"for e in ([\w ]+); do", (ROOT / "Makefile").read_text())
+    names = {n for n in named if not n.startswith("$")} | {n for loop in loops for n in loop.split()}
+    assert names, "the Makefile runs no experiment?"
+    assert names <= set(options("experiment")), sorted(names - set(options("experiment")))
+
+
+def test_one_compose_helper():
+    """Everything composes through clag.config.compose_config, so the config folder and Hydra's version are set once."""
+    callers = [
+        str(path.relative_to(ROOT))
+        for folder in ("clag", "baselines", "scripts", "tests", "notebooks")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in (".py", ".ipynb") and path.name != "test_configs.py"
+        and "initialize_config_dir" in path.read_text(encoding="utf-8")
+    ]
+    assert callers == ["clag/config.py"], callers
