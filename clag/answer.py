@@ -119,9 +119,15 @@ class Answerer:
     seed: int = 0
     adversarial_temperature: float | None = None
 
-    def answer(self, questions: Sequence[Question], contexts: Sequence[str]) -> list[str]:
-        """One prediction per question; unparseable JSON falls back to the raw text."""
-        prompts = [answer_prompt(q, c, self.seed) for q, c in zip(questions, contexts)]
+    def answer(self, questions: Sequence[Question], contexts: Sequence[str],
+               own_prompts: Sequence[str | None] | None = None) -> list[str]:
+        """One prediction per question; unparseable JSON falls back to the raw text.
+
+        ``own_prompts`` (from :attr:`clag.types.Context.answer_prompt`) replaces
+        the shared prompt where a method brings its own answer step.
+        """
+        own = own_prompts or [None] * len(questions)
+        prompts = [p or answer_prompt(q, c, self.seed) for q, c, p in zip(questions, contexts, own)]
         adversarial = [i for i, q in enumerate(questions) if q.category == 5]
         groups = [[i for i in range(len(questions)) if i not in set(adversarial)], adversarial]
         overrides = [{}, {}]

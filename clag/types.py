@@ -89,9 +89,13 @@ class Context:
         timings_ms: Wall time per retrieval stage, e.g. ``{"keywords": .., "search": ..}``.
         telemetry: Method-specific details worth keeping per question
             (CLAG's selected / pruned clusters, GAM's iterations, ...).
+        answer_prompt: The whole answer prompt, for a method whose published
+            protocol answers with its own (MemoryOS's ``answer_step: memoryos``);
+            ``None`` = the shared answerer's prompt around :attr:`text`.
     """
 
     text: str
     source_ids: list[str]
     timings_ms: dict[str, float] = field(default_factory=dict)
     telemetry: dict[str, Any] = field(default_factory=dict)
+    answer_prompt: str | None = None

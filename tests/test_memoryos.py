@@ -325,6 +325,33 @@ def test_retrieve_includes_profile_and_facts_after_promotion(embedder):
     assert (nothing.text, nothing.source_ids) == ("", [])
 
 
+def test_own_answer_step_hands_memoryos_prompt_to_the_answerer(embedder):
+    """answer_step=memoryos: the authors' one concise-answer prompt around the same context, no category-5 choice."""
+    from clag.answer import ANSWER_SCHEMA, NOT_MENTIONED, Answerer
+
+    memory, _ = make(embedder, short_term_capacity=1, answer_step="memoryos")
+    for n, topic in enumerate(["painting", "hiking"], start=1):
+        memory.add_many(pair(n, topic))
+    trap = Question("q5", "What does Melanie paint?", "", 5, ("D1:1",), adversarial_answer="landscapes")
+    context = memory.retrieve(trap)
+    assert context.answer_prompt.startswith("You are Melanie, in a long conversation with Caroline.")
+    assert context.text in context.answer_prompt and "15 July 2023" in context.answer_prompt
+    assert NOT_MENTIONED not in context.answer_prompt
+    shared, _ = make(embedder, short_term_capacity=1)
+    shared.add_many(pair(1, "painting"))
+    assert shared.retrieve(trap).answer_prompt is None
+
+    backend = ScriptedBackend(lambda prompt, _config: json.dumps({"answer": "watercolours"}))
+    predictions = Answerer(LLMClient(backend)).answer([trap, question()], [context.text, "ctx"],
+                                                      [context.answer_prompt, None])
+    assert predictions == ["watercolours", "watercolours"]
+    sent = sorted(prompt for prompt, _ in backend.calls)  # the own prompt goes as is, the other keeps the shared one
+    assert sent[0].startswith("Based on the context: ctx, write an answer") and sent[1] == context.answer_prompt
+    assert ANSWER_SCHEMA["required"] == ["answer"]
+    with pytest.raises(ValueError, match="answer_step"):
+        make(embedder, answer_step="own")
+
+
 def test_unusable_llm_answers_fall_back_and_are_counted(embedder):
     memory, backend = make(embedder, respond=garbage, short_term_capacity=1, promotion_threshold=3.0)
     items = [it for n in range(1, 6) for it in pair(n, "painting")]
@@ -387,6 +414,9 @@ def test_configs_instantiate_the_paper_and_locomo_eval_presets(embedder, method,
     assert (memory.segment_threshold, memory.promotion_threshold, memory.top_segments, memory.top_pages) == (
         0.6, 5.0, 5, 10)
     assert memory.max_new_tokens == {"continuity": 10, "meta": 100}
+    assert memory.answer_step == "memoryos"  # scale=full, the paper's protocol: MemoryOS's own answer step
+    demo = compose_config([f"method={method}", "scale=demo"])
+    assert demo.method.system.answer_step == "shared"
 
 
 # --- end to end with the real offline model ----------------------------------------------------------------

@@ -1,9 +1,9 @@
 """MemoryOS prompts, JSON schemas and the parsers of their answers.
 
 Each prompt paraphrases the step of the authors' code that it stands for
-(github.com/BAI-LAB/MemoryOS, ``memoryos-pypi/utils.py`` and
-``eval/dynamic_update.py``); the wording is ours, the task and inputs are
-theirs. Steps whose answer is a short text (continuity, chain summary,
+(github.com/BAI-LAB/MemoryOS @1d71706, ``memoryos-pypi/utils.py``,
+``eval/dynamic_update.py`` and, for the answer, ``eval/main_loco_parse.py``);
+the wording is ours, the task and inputs are theirs. Steps whose answer is a short text (continuity, chain summary,
 profile) are free text, as the authors ask; steps whose answer has structure
 (topic summaries, facts) ask for JSON so the shared tolerant parser and the
 schema-constrained decoding apply.
@@ -119,6 +119,35 @@ def facts_prompt(conversation: str, user: str, assistant: str) -> str:
         "list when there is nothing.\n\n"
         f"Conversation:\n{conversation}\n\n"
         'Reply with JSON: {"user_facts": ["..."], "assistant_facts": ["..."]}'
+    )
+
+
+def answer_prompt(context: str, question: str, user: str, assistant: str) -> str:
+    """MemoryOS's own answer step (authors' ``eval/main_loco_parse.py`` ``generate_system_response_with_meta``).
+
+    One prompt for every question, whatever its category: answer as
+    ``assistant`` talking with ``user``, from the recent talk, the retrieved
+    pages with their thread summaries and the persona, as concisely as
+    possible, dates as "15 July 2023", durations in years / months / days,
+    concrete entities. There is no category-5 choice: MemoryOS's LoCoMo
+    answers are free text, which is why its adversarial score in the CLAG
+    paper is near zero. Differences, shared by every method of the harness:
+    the authors' system message is the head of the one prompt, the answer
+    comes back as ``{"answer": ...}`` JSON (one parser for all methods), and
+    decoding is greedy (theirs: temperature 0.7).
+    """
+    return (
+        f"You are {assistant}, in a long conversation with {user}. Below is what you remember of it: the "
+        "recent conversation, relevant past conversations (each with a summary of its thread) and what you "
+        f"know about {user} and about yourself.\n\n"
+        f"{context or 'Nothing yet.'}\n\n"
+        f"Question about {user} or {assistant}: {question}\n\n"
+        "Answer in as few words as possible: give only the content of the answer (for \"Where did the bake "
+        "sale send its money?\" answer \"the animal shelter\", not a sentence). When the answer is a date or "
+        "a time, give one specific date in the form \"15 July 2023\" (a specific year rather than \"last "
+        "year\"); when it is a duration, give it in years, months or days. Prefer concrete entities (a named "
+        "program, event, place or object) to descriptions.\n"
+        'Reply with a JSON object {"answer": "..."}.'
     )
 
 

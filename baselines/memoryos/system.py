@@ -26,7 +26,9 @@ Three tiers, as in the paper (Sections 3.2-3.4) and the authors' code
   passes ``page_retrieval_threshold`` compete for the ``top_pages`` slots;
   matched segments are visited (heat rises). Facts come from both fact
   lists, plus the profile and the whole short-term queue. No answer is
-  generated here: the shared answerer reads :attr:`Context.text`.
+  generated here: the shared answerer reads :attr:`Context.text`, or, with
+  ``answer_step: memoryos``, sends MemoryOS's own answer prompt
+  (:attr:`Context.answer_prompt`, from ``eval/main_loco_parse.py``).
 
 Choices where the authors' LoCoMo conversion falls short (documented, each
 a deliberate difference):
@@ -87,6 +89,8 @@ TIER_STAGES = {
     "long_term": ("profile", "facts"),
     "retrieval": ("keywords",),
 }
+#: Who answers: the harness's shared answerer, or MemoryOS's own answer prompt.
+ANSWER_STEPS = ("shared", "memoryos")
 
 
 class MemoryOSMemory(MemoryBase):
@@ -116,7 +120,13 @@ class MemoryOSMemory(MemoryBase):
         profile_min_chars: A shorter profile answer is rejected (memoryos-pypi: 30).
         max_new_tokens: Completion cap per stage name; stages not named keep
             the client's setting (the authors cap continuity at 10 and meta at 100 tokens).
+        answer_step: ``shared`` (the harness's answerer and its category
+            prompts read :attr:`Context.text`) or ``memoryos`` (MemoryOS's own
+            answer prompt, :func:`~baselines.memoryos.prompts.answer_prompt`,
+            handed over as :attr:`Context.answer_prompt`).
     """
+
+    retrieval_params = frozenset({"answer_step"})
 
     def __init__(
         self,
@@ -144,7 +154,10 @@ class MemoryOSMemory(MemoryBase):
         page_mode: str = "pair",
         profile_min_chars: int = 30,
         max_new_tokens: Mapping[str, int] | None = None,
+        answer_step: str = "shared",
     ) -> None:
+        if answer_step not in ANSWER_STEPS:
+            raise ValueError(f"answer_step must be one of {ANSWER_STEPS}, not {answer_step!r}")
         if short_term_capacity < 1 or mid_term_capacity < 1:
             raise ValueError("short_term_capacity and mid_term_capacity must be at least 1")
         if eviction not in ("heat", "lfu"):
@@ -172,6 +185,7 @@ class MemoryOSMemory(MemoryBase):
         self.page_mode = page_mode
         self.profile_min_chars = profile_min_chars
         self.max_new_tokens = {str(k): int(v) for k, v in (max_new_tokens or {}).items()}
+        self.answer_step = answer_step
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -392,9 +406,14 @@ class MemoryOSMemory(MemoryBase):
         self.counts["promotions"] += 1
         self.counts["promoted_pages"] += len(fresh)
 
-    def _update_long_term(self, pages: list[Page]) -> None:
+    def _roles(self) -> tuple[str, str]:
+        """The "user" (first speaker) and the "assistant" (second), as the authors cast a LoCoMo pair."""
         user = self.speakers[0] if self.speakers else "the user"
         assistant = self.speakers[1] if len(self.speakers) > 1 else "the other speaker"
+        return user, assistant
+
+    def _update_long_term(self, pages: list[Page]) -> None:
+        user, assistant = self._roles()
         conversation = "\n".join(f"({page.timestamp}) {page.text()}" for page in pages)
         answer = prompts.clean_text(self._text("profile", [prompts.profile_prompt(self.profile, conversation,
                                                                                   user)])[0])
@@ -477,7 +496,12 @@ class MemoryOSMemory(MemoryBase):
             "facts": {"user": len(user_facts), "assistant": len(assistant_facts)},
             "profile_chars": len(self.profile),
         }
-        return Context(text=text, source_ids=source_ids, timings_ms=timings, telemetry=telemetry)
+        own_prompt = None
+        if self.answer_step == "memoryos":
+            user, assistant = self._roles()
+            own_prompt = prompts.answer_prompt(text, question.text, user, assistant)
+        return Context(text=text, source_ids=source_ids, timings_ms=timings, telemetry=telemetry,
+                       answer_prompt=own_prompt)
 
     def _compose(self, recent: list[str], mid_pages: list[str], user_facts: list[str],
                  assistant_facts: list[str]) -> str:
@@ -493,13 +517,12 @@ class MemoryOSMemory(MemoryBase):
                 page = self.pages[pid]
                 lines.append(f"({page.timestamp}) {page.text()}\nThread summary: {self.chain_meta.get(page.chain, '')}")
             parts.append("Relevant past conversations:\n" + "\n\n".join(lines))
-        user = self.speakers[0] if self.speakers else "the user"
+        user, other = self._roles()
         if self.profile:
             parts.append(f"Profile of {user}:\n{self.profile}")
         if user_facts:
             parts.append(f"Facts about {user}:\n" + "\n".join(f"- {fact}" for fact in user_facts))
         if assistant_facts:
-            other = self.speakers[1] if len(self.speakers) > 1 else "the other speaker"
             parts.append(f"Facts about {other}:\n" + "\n".join(f"- {fact}" for fact in assistant_facts))
         return "\n\n".join(parts)
 
