@@ -96,7 +96,7 @@ def answer_episode(
             retrieval.append((total_ms, UsageMeter.diff(llm.usage.snapshot(), before)))
         before = llm.usage.snapshot()
         start = time.perf_counter()
-        answers = answerer.answer(chunk, [c.text for c in contexts])
+        answers = answerer.answer(chunk, [c.text for c in contexts], [c.answer_prompt for c in contexts])
         answer_ms = (time.perf_counter() - start) * 1000 / len(chunk)
         answer_usage = UsageMeter.diff(llm.usage.snapshot(), before)
         predictions.write(
