@@ -104,17 +104,16 @@ def read_lock(path: Path) -> dict[str, str]:
     return pins
 
 
-def lock_differences(path: Path, pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
-    """One line per installed distribution missing from the lock or at another version."""
+def lock_differences(path: Path, pyproject: Path = ROOT / "pyproject.toml") -> list[tuple[str, str, str | None]]:
+    """``(name, installed, locked)`` of every installed distribution at another version than the lock's,
+    or missing from it (``locked`` is ``None``: e.g. a package installed by hand next to the project)."""
     locked = read_lock(path)
-    problems = []
+    out = []
     for line in lock_lines(pyproject):
         name, _, installed = line.partition("==")
-        if name not in locked:
-            problems.append(f"{name} {installed} is installed but not in {path.name}")
-        elif locked[name] != installed:
-            problems.append(f"{name} {installed} is installed; {path.name} has {locked[name]}")
-    return problems
+        if locked.get(name) != installed:
+            out.append((name, installed, locked.get(name)))
+    return out
 
 
 _HEADER = """\
@@ -139,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("wrote %d pins to %s", len(lines), args.write)
         return 0
     problems = lock_differences(args.check)
-    for problem in problems:
-        log.error("%s", problem)
+    for name, installed, locked in problems:
+        log.error("%s %s is installed; %s", name, installed,
+                  f"{args.check.name} has {locked}" if locked else f"{args.check.name} does not list it")
     log.info("%s: %s", args.check, f"{len(problems)} differences" if problems else "the environment matches")
     return 1 if problems else 0
 
