@@ -154,7 +154,11 @@ def register_schemas() -> None:
 
 
 def validate_config(cfg: DictConfig) -> None:
-    """Check the composed config against the schemas; raise :class:`ConfigError` on the first problem."""
+    """Check the composed config against the schemas; raise :class:`ConfigError` on the first problem.
+
+    Also registers the schemas (a process that validates can compose ``schema/<group>`` too).
+    """
+    register_schemas()
     for group, schema in SCHEMAS.items():
         node = OmegaConf.select(cfg, group) if group else cfg
         if isinstance(node, DictConfig):

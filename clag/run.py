@@ -115,12 +115,16 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=VERSION_BASE)
-def main(cfg: DictConfig) -> Any:
-    start = time.perf_counter()
+def report_run(cfg: DictConfig) -> Path:
+    """:func:`run_config` as the command line runs it: bad input and interrupts end in one line and an exit code.
+
+    Raises:
+        SystemExit: 2 for bad input, 130 for Ctrl-C, 143 for SIGTERM, after
+            logging the one line; any other error is a bug and keeps its traceback.
+    """
     try:
         with _sigterm_interrupts():
-            run_dir = run_config(cfg)
+            return run_config(cfg)
     except KeyboardInterrupt as err:
         signame = "SIGTERM" if isinstance(err, Terminated) else "interrupt"
         log.error("%s: run stopped; %s; run the same command again to resume", signame, kept_predictions(cfg))
@@ -132,6 +136,12 @@ def main(cfg: DictConfig) -> Any:
         log.debug("traceback of the error below", exc_info=err)
         log.error("%s", message)
         sys.exit(EXIT_BAD_INPUT)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=VERSION_BASE)
+def main(cfg: DictConfig) -> Any:
+    start = time.perf_counter()
+    run_dir = report_run(cfg)
     log.info("run folder: %s (%.1f s)", run_dir, time.perf_counter() - start)
     return str(run_dir)
 

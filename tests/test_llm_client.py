@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from scripted_llm import ScriptedBackend
 
+from clag.answer import question_keywords
 from clag.llm.base import GenerationConfig
 from clag.llm.cache import CallCache
 from clag.llm.client import LLMClient, UsageMeter
@@ -169,3 +170,13 @@ def test_backend_returning_too_few_completions_is_an_error() -> None:
 
     with pytest.raises(RuntimeError, match="2 prompts"):
         LLMClient(Broken("m1")).generate(["a", "b"], stage="note")
+
+
+def test_the_keyword_step_never_takes_its_prompts_example_as_the_query() -> None:
+    """A model that echoes "keyword1, keyword2, keyword3" is retried once, then the question itself is the query."""
+    backend = ScriptedBackend(lambda prompt, config: '{"keywords": "keyword1, keyword2, keyword3"}')
+    client = LLMClient(backend)
+    assert question_keywords(client, ["Where did Caroline go?"]) == ["Where did Caroline go?"]
+    usage = client.usage.snapshot()["keywords"]
+    assert (usage["parse_failures"], usage["retries"], usage["fallbacks"]) == (1, 1, 1)
+    assert len(backend.calls) == 2 and backend.calls[1][1].temperature > 0  # the retry is sampled
