@@ -24,8 +24,10 @@ PIN := $(if $(LOCK),-c $(LOCK))
 OFFLINE_ASSETS ?= 1
 # Episodes ingested side by side by `make reproduce` (their LLM calls share GPU batches)
 EPISODES_IN_PARALLEL ?= 10
-# `make reproduce` scores as the paper: BERTScore with roberta-large (layer 17, from the Hub)
-PAPER_METRICS ?= metrics.bert_model=roberta-large
+# `make reproduce`: the engine of every run (transformers in-process, or vllm: the servers `make serve`
+# started for qwen3-0.6b / 1.7b / 8b), and BERTScore as the paper scores it (roberta-large, from the Hub)
+ENGINE ?= transformers
+REPRODUCE_ARGS ?= engine=$(ENGINE) metrics.bert_model=roberta-large
 # vLLM's own venv (it pins its own torch / transformers); SERVE_ARGS = Hydra overrides naming the served model
 VLLM_VENV ?= .venv-vllm
 export CLAG_VLLM_VENV := $(abspath $(VLLM_VENV))
@@ -93,11 +95,11 @@ bench: install ## Throughput benchmark into results/bench/
 
 reproduce: install ## The paper's full protocol on Qwen3 (GPU + network); resumable
 	for e in table1 table5 table7 table9 table10; do \
-		$(PY) -m clag.run -m experiment=$$e model=qwen3-0.6b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(PAPER_METRICS) || exit 1; \
+		$(PY) -m clag.run -m experiment=$$e model=qwen3-0.6b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS) || exit 1; \
 	done
-	$(PY) -m clag.run -m experiment=table2 model=qwen3-0.6b $(PAPER_METRICS)   # latency: one episode and one question at a time
-	$(PY) -m clag.run -m experiment=table1 model=qwen3-1.7b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(PAPER_METRICS)
-	$(PY) -m clag.run -m experiment=table6 runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(PAPER_METRICS)
+	$(PY) -m clag.run -m experiment=table2 model=qwen3-0.6b $(REPRODUCE_ARGS)   # latency: one episode and one question at a time
+	$(PY) -m clag.run -m experiment=table1 model=qwen3-1.7b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS)
+	$(PY) -m clag.run -m experiment=table6 runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS)
 	$(MAKE) tables
 
 notebook: install ## Execute notebooks/analysis.ipynb in place
