@@ -8,7 +8,6 @@ the real offline model through the runner.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -372,12 +371,10 @@ GAM_STAGES = ("plan", "integrate", "reflect")
 
 
 @pytest.mark.model
-def test_end_to_end_on_a_small_locomo_slice(tmp_path, monkeypatch):
+def test_end_to_end_on_a_small_locomo_slice(tmp_path, data_dir):
     """Two questions over 20 LoCoMo turns, two research rounds, small completion caps (~2 min on CPU)."""
     from clag.run import run_with_overrides
 
-    if "CLAG_DATA_DIR" not in os.environ:  # the Makefile's default
-        monkeypatch.setenv("CLAG_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     max_iters = 2
     run_dir = run_with_overrides(
         [
