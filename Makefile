@@ -32,6 +32,8 @@ REPRODUCE_ARGS ?= engine=$(ENGINE) metrics.bert_model=roberta-large
 VLLM_VENV ?= .venv-vllm
 export CLAG_VLLM_VENV := $(abspath $(VLLM_VENV))
 SERVE_ARGS ?= model=qwen2.5-0.5b
+# e.g. BENCH_ARGS="--sections engines" (only vLLM against transformers), "--full"
+BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference demo test test-fast lint run tables bench reproduce notebook clean
@@ -90,8 +92,8 @@ run: install ## One run, e.g. make run ARGS="method=clag dataset=locomo limit.qu
 tables: install ## Render every paper table from finished runs into results/tables/ (TABLES_DIR=... elsewhere)
 	$(PY) -m clag.tables --out $(TABLES_DIR)
 
-bench: install ## Throughput benchmark into results/bench/
-	$(PY) scripts/bench.py
+bench: install vllm ## Throughput benchmark (harness, and vLLM against transformers) into results/bench/
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 reproduce: install ## The paper's full protocol on Qwen3 (GPU + network); resumable
 	for e in table1 table5 table7 table9 table10; do \

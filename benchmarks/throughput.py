@@ -1,4 +1,4 @@
-"""Throughput benchmark behind ``make bench`` (issue #8): ratios on this machine.
+"""Throughput benchmark behind ``make bench`` (issues #8 and #17): ratios on this machine.
 
 One run measures, with fresh state so every LLM call is real:
 
@@ -23,7 +23,14 @@ One run measures, with fresh state so every LLM call is real:
 7. one ``make demo`` slice run twice, cache off: once with every
    throughput feature off (backend batch 1, one episode at a time, one
    question per answer call: how the harness ran before them) and once as
-   the demo runs it; the wall-time ratio and how many predictions agree.
+   the demo runs it; the wall-time ratio and how many predictions agree;
+8-9. the engine rows (:mod:`benchmarks.engines`): vLLM against the
+   transformers backend at 1-32 concurrent streams, and the demo's LoCoMo
+   slice through each engine.
+
+Runs are timed through the runner's own hook (``execute(wrap_backend=)``)
+and model loads are read from the transformers backend's registry of
+loaded models: nothing in the harness is patched.
 
 Pure parts (targets, tables, synthetic data, the timing proxy) are plain
 functions, tested in ``tests/test_bench.py``; :func:`main` wires them to the
@@ -46,13 +53,11 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-from unittest import mock
 
 import numpy as np
 
@@ -83,8 +88,11 @@ LLM_PROMPTS = tuple(
 # item, one of them long; LoCoMo's demo slice has 2 conversations to ingest side by side).
 BEFORE_AFTER = {"method": "amem", "dataset": "locomo"}
 FEATURES_OFF = ("model.backend.batch_size=1", "runner.concurrent_episodes=1", "runner.answer_batch_size=1")
-# (backend label, model config, module it needs); the first is the default path, the others optional extras
-BACKENDS = (("transformers", "qwen2.5-0.5b", "transformers"), ("llama.cpp", "llamacpp", "llama_cpp"))
+# (backend label, config overrides, module it needs); the first is the default path, the others optional extras
+BACKENDS = (
+    ("transformers", ("model=qwen2.5-0.5b",), "transformers"),
+    ("llama.cpp", ("model=qwen2.5-0.5b", "engine=llamacpp"), "llama_cpp"),
+)
 
 
 @dataclass(frozen=True)
@@ -264,30 +272,30 @@ class TimedBackend:
         return getattr(self.backend, name)
 
 
-@contextmanager
-def timed_runner_backends() -> Iterator[list[TimedBackend]]:
-    """Wrap every backend the runner builds in a :class:`TimedBackend`; yields them in build order."""
-    from clag.running import loop as runner  # where the loop looks build_backend up
+def timed_run(overrides: list[str]) -> tuple[Path, TimedBackend]:
+    """One run as ``clag.run`` makes it, its backend timed through the runner's ``wrap_backend`` hook."""
+    from clag.config import compose_config
+    from clag.config_schema import validate_config
+    from clag.running.loop import execute
+    from clag.running.spec import RunSpec
 
-    built: list[TimedBackend] = []
-    original = runner.build_backend
+    cfg = compose_config(overrides)
+    validate_config(cfg)
+    timed: list[TimedBackend] = []
 
-    def build(*args: Any, **kwargs: Any) -> TimedBackend:  # whatever the runner passes, passed on
-        built.append(TimedBackend(original(*args, **kwargs)))
-        return built[-1]
+    def wrap(backend: LLMBackend) -> LLMBackend:
+        timed.append(TimedBackend(backend))
+        return timed[-1]
 
-    with mock.patch.object(runner, "build_backend", build):
-        yield built
+    run_dir = execute(RunSpec.from_config(cfg), wrap_backend=wrap)
+    return run_dir, timed[0]
 
 
-@contextmanager
-def count_model_loads() -> Iterator[Any]:
-    """Count calls of the transformers backend's weight loader (``.call_count`` of the yielded mock)."""
-    from clag.llm.transformers_backend import TransformersBackend
+def model_loads() -> int:
+    """Transformers models loaded in this process (the backend's registry of loaded weights)."""
+    from clag.llm.transformers_backend import _LOADED
 
-    original = TransformersBackend._load_model
-    with mock.patch.object(TransformersBackend, "_load_model", autospec=True, side_effect=original) as loads:
-        yield loads
+    return sum(loaded.model is not None for loaded in _LOADED.values())
 
 
 # -- 2, 3, 5, 6. method runs -----------------------------------------------------------------------
@@ -367,14 +375,11 @@ def add_rag_ratios(rows: list[dict[str, Any]]) -> None:
 
 
 def run_methods(methods: Sequence[str], scale: Scale, workdir: Path) -> list[dict[str, Any]]:
-    from clag.run import run_with_overrides
-
     rows = []
     for method in methods:
         start = time.perf_counter()
-        with timed_runner_backends() as built:
-            run_dir = run_with_overrides(method_overrides(method, scale, workdir / method))
-        row = summarise_run(method, run_dir, built[0])
+        run_dir, timed = timed_run(method_overrides(method, scale, workdir / method))
+        row = summarise_run(method, run_dir, timed)
         row["loadavg_1m"] = os.getloadavg()[0]
         rows.append(row)
         log.info("%s: %.0f s (%s)", method, time.perf_counter() - start, json.dumps(row, default=str))
@@ -403,13 +408,10 @@ def demo_slice_overrides(method: str, dataset: str, workdir: Path, features_off:
 
 def run_before_after(method: str, dataset: str, workdir: Path) -> list[dict[str, Any]]:
     """Section 7: the same demo slice with the throughput features off, then on."""
-    from clag.run import run_with_overrides
-
     rows = []
     for features_off in (True, False):
-        with timed_runner_backends() as built:
-            run_dir = run_with_overrides(demo_slice_overrides(method, dataset, workdir, features_off))
-        rows.append(summarise_slice_run(run_dir, built[0], features_off))
+        run_dir, timed = timed_run(demo_slice_overrides(method, dataset, workdir, features_off))
+        rows.append(summarise_slice_run(run_dir, timed, features_off))
     compare_slice_runs(*rows)
     return rows
 
@@ -705,7 +707,7 @@ TARGET_COLUMNS = (("target", "target"), ("goal", "goal"), ("measured", "measured
 
 
 def render_report(results: dict[str, Any]) -> str:
-    """The Markdown report: machine, the four tables, the targets, notes."""
+    """The Markdown report: machine, the tables, the targets, notes."""
     machine = results["machine"]
     scale = results["scale"]
     lines = [
@@ -722,6 +724,20 @@ def render_report(results: dict[str, Any]) -> str:
         "",
         markdown_table(results["targets"], TARGET_COLUMNS),
         "",
+    ]
+    if "methods" in results:
+        lines += harness_report(results)
+    if results.get("engines"):
+        from benchmarks.engines import render_engine_section
+
+        lines += render_engine_section(results["engines"], markdown_table)
+    return "\n".join(lines)
+
+
+def harness_report(results: dict[str, Any]) -> list[str]:
+    """Report lines of sections 1-7."""
+    scale = results["scale"]
+    lines = [
         f"## 1. LLM tokens/s by batch size (up to {LLM_MAX_NEW_TOKENS} new tokens per prompt)",
         "",
         "One `generate` call with the first `batch` of 8 fixed story prompts, the backend called directly "
@@ -742,7 +758,7 @@ def render_report(results: dict[str, Any]) -> str:
         "",
         markdown_table(results["methods"], METHOD_COLUMNS),
         "",
-        f"Transformers weight loads in this process (calls of `TransformersBackend._load_model`): "
+        f"Transformers models loaded in this process (the backend's registry of loaded weights): "
         f"{results['model_loads']}. Peak RSS after loading the model (section 1): "
         f"{format_value(results['rss_after_llm_mb'])} MB; of the whole benchmark: "
         f"{format_value(results['peak_rss_mb'])} MB.",
@@ -774,7 +790,7 @@ def render_report(results: dict[str, Any]) -> str:
             markdown_table(results["before_after"], SLICE_COLUMNS),
             "",
         ]
-    return "\n".join(lines)
+    return lines
 
 
 def csv_cell(value: Any) -> Any:
@@ -785,8 +801,10 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> None:
     """``report.md``, one CSV per table and ``raw.json`` under ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.md").write_text(render_report(results))
-    for name in ("llm", "methods", "retrieval", "before_after", "targets"):
-        rows = results.get(name)
+    engines = results.get("engines") or {}
+    tables = {name: results.get(name) for name in ("llm", "methods", "retrieval", "before_after", "targets")}
+    tables |= {"engine_streams": engines.get("streams"), "engine_demo": engines.get("demo")}
+    for name, rows in tables.items():
         if not rows:
             continue
         keys = list(dict.fromkeys(key for row in rows for key in row))
@@ -807,21 +825,21 @@ def _compose(overrides: list[str]) -> Any:
 
 
 def run_llm_section(
-    backends: Sequence[tuple[str, str, str]], rounds: int, optional: bool
+    backends: Sequence[tuple[str, Sequence[str], str]], rounds: int, optional: bool
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Section 1 for the given ``(label, model config, module)`` backends.
+    """Section 1 for the given ``(label, config overrides, module)`` backends.
 
     A backend whose module is absent is skipped; an ``optional`` backend that
     fails (an extra built wrongly, or code mid-change) is skipped with its
     error in the notes, so the default path's numbers are still written.
     """
     rows, notes = [], []
-    for label, model, module in backends:
+    for label, overrides, module in backends:
         if importlib.util.find_spec(module) is None:
             notes.append(f"{label}: skipped (`{module}` does not import; see the `llamacpp` extra).")
             continue
         try:
-            measured, config, dtype = _backend_throughput(model, rounds)
+            measured, config, dtype = _backend_throughput(overrides, rounds)
         except Exception as err:  # noqa: BLE001 - only for optional backends, reported below
             if not optional:
                 raise
@@ -833,13 +851,15 @@ def run_llm_section(
     return rows, notes
 
 
-def _backend_throughput(model: str, rounds: int) -> tuple[list[dict[str, Any]], GenerationConfig, str | None]:
-    """:func:`llm_throughput` of one model config's backend with its own generation settings, and its dtype."""
+def _backend_throughput(
+    overrides: Sequence[str], rounds: int
+) -> tuple[list[dict[str, Any]], GenerationConfig, str | None]:
+    """:func:`llm_throughput` of one configured backend with its own generation settings, and its dtype."""
     from omegaconf import OmegaConf
 
     from clag.running.build import build_backend
 
-    cfg = _compose([f"model={model}"])
+    cfg = _compose(list(overrides))
     generation = OmegaConf.to_container(cfg.model.generation, resolve=True)
     config = GenerationConfig(**{**generation, "max_new_tokens": LLM_MAX_NEW_TOKENS})
     backend = build_backend(cfg.model)
@@ -849,18 +869,44 @@ def _backend_throughput(model: str, rounds: int) -> tuple[list[dict[str, Any]], 
 
 
 def run_benchmark(
-    scale: Scale, methods: Sequence[str], sizes: Sequence[int], before_after: bool = True
+    scale: Scale,
+    methods: Sequence[str],
+    sizes: Sequence[int],
+    before_after: bool = True,
+    sections: Sequence[str] = ("harness", "engines"),
 ) -> dict[str, Any]:
     start = time.perf_counter()
     results: dict[str, Any] = {"machine": machine_info(), "scale": asdict(scale)}
-    with count_model_loads() as loads, tempfile.TemporaryDirectory(prefix="clag-bench-") as workdir:
-        results["llm"], results["llm_notes"] = run_llm_section(BACKENDS[:1], scale.rounds, optional=False)
-        results["rss_after_llm_mb"] = peak_rss_mb()
-        results["methods"] = run_methods(methods, scale, Path(workdir))
-        if before_after:
-            results["before_after_spec"] = dict(BEFORE_AFTER)
-            results["before_after"] = run_before_after(**BEFORE_AFTER, workdir=Path(workdir) / "before_after")
-        results["model_loads"] = loads.call_count
+    with tempfile.TemporaryDirectory(prefix="clag-bench-") as workdir:
+        if "harness" in sections:
+            run_harness_sections(results, scale, methods, sizes, before_after, Path(workdir))
+        if "engines" in sections:  # last: its bf16 row loads a second model, which the harness must not count
+            from benchmarks.engines import run_engines
+
+            results["engines"] = run_engines(os.environ["CLAG_DATA_DIR"], Path(workdir) / "engines")
+    results["peak_rss_mb"] = peak_rss_mb()
+    results["loadavg_end"] = list(os.getloadavg())
+    results["wall_s"] = time.perf_counter() - start
+    results["targets"] = target_rows(results)
+    return results
+
+
+def run_harness_sections(
+    results: dict[str, Any],
+    scale: Scale,
+    methods: Sequence[str],
+    sizes: Sequence[int],
+    before_after: bool,
+    workdir: Path,
+) -> None:
+    """Sections 1-7 into ``results``."""
+    results["llm"], results["llm_notes"] = run_llm_section(BACKENDS[:1], scale.rounds, optional=False)
+    results["rss_after_llm_mb"] = peak_rss_mb()
+    results["methods"] = run_methods(methods, scale, workdir)
+    if before_after:
+        results["before_after_spec"] = dict(BEFORE_AFTER)
+        results["before_after"] = run_before_after(**BEFORE_AFTER, workdir=workdir / "before_after")
+    results["model_loads"] = model_loads()
     # after the runs, so that llama.cpp's weights do not count in their peak RSS
     more_rows, more_notes = run_llm_section(BACKENDS[1:], scale.rounds, optional=True)
     results["llm"] += more_rows
@@ -869,11 +915,6 @@ def run_benchmark(
     clag = next((r for r in results["methods"] if r["method"] == "clag"), None)
     for row in results["retrieval"]:
         row["with_pick_ms"] = row["two_stage_ms"] + clag["pick_ms"] if clag and clag["pick_ms"] else None
-    results["peak_rss_mb"] = peak_rss_mb()
-    results["loadavg_end"] = list(os.getloadavg())
-    results["wall_s"] = time.perf_counter() - start
-    results["targets"] = target_rows(results)
-    return results
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -883,8 +924,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     mode.add_argument("--full", dest="scale", action="store_const", const="full", help="the demo slice, more queries")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--sizes", nargs="+", type=int, default=list(MEMORY_SIZES), help="synthetic memory sizes")
+    parser.add_argument("--no-before-after", dest="before_after", action="store_false", help="skip section 7 (~10 min)")
     parser.add_argument(
-        "--no-before-after", dest="before_after", action="store_false", help="skip section 7 (~10 min)"
+        "--sections",
+        nargs="+",
+        default=["harness", "engines"],
+        choices=["harness", "engines"],
+        help="harness = sections 1-7 (transformers), engines = 8-9 (vLLM against transformers)",
     )
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="reports go to OUT/<scale>/")
     args = parser.parse_args(argv)
@@ -892,7 +938,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for name, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("WANDB_MODE", "disabled")):
         os.environ.setdefault(name, value)
     scale = SCALES[args.scale or "quick"]
-    results = run_benchmark(scale, args.methods, args.sizes, args.before_after)
+    results = run_benchmark(scale, args.methods, args.sizes, args.before_after, args.sections)
     write_outputs(results, args.out / scale.name)
     log.info("report: %s", args.out / scale.name / "report.md")
     return results

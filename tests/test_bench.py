@@ -14,13 +14,19 @@ import numpy as np
 import pytest
 from scripted_llm import ScriptedBackend
 
-from clag import bench
+from benchmarks import throughput as bench
 from clag.llm.base import GenerationConfig
-from clag.running import loop as runner
 
 
 def echo_backend(words: int = 5) -> ScriptedBackend:
     return ScriptedBackend(lambda prompt, config: " ".join(["w"] * min(words, config.max_new_tokens)))
+
+
+class EchoBackend(ScriptedBackend):
+    """:func:`echo_backend` as a class, so that a config can name it (``model.backend._target_``)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda prompt, config: " ".join(["w"] * min(5, config.max_new_tokens)))
 
 
 def test_target_verdicts_say_by_how_much() -> None:
@@ -68,21 +74,18 @@ def test_timed_backend_adds_up_calls_and_delegates() -> None:
     assert timed.identity() == {"backend": "scripted"} and timed.extra == "delegated"
 
 
-def test_runner_backends_are_wrapped_only_inside_the_context(monkeypatch) -> None:
-    scripted = echo_backend()
-    received = []
-
-    def build(model_cfg, concurrent=False, coalesce_wait_s=1.0):
-        received.append((concurrent, coalesce_wait_s))
-        return scripted
-
-    monkeypatch.setattr(runner, "build_backend", build)
-    with bench.timed_runner_backends() as built:
-        backend = runner.build_backend(None, concurrent=True, coalesce_wait_s=0.5)  # as the runner calls it
-        backend.generate(["q"], GenerationConfig())
-    assert built == [backend] and backend.backend is scripted and backend.calls == 1
-    assert received == [(True, 0.5)]
-    assert runner.build_backend(None) is scripted
+def test_timed_run_times_the_backend_the_runner_builds_through_its_hook(tmp_path: Path, data_dir: Path) -> None:
+    """RAG on a scripted backend (no model): the runner's own ``wrap_backend`` hook, nothing patched."""
+    run_dir, timed = bench.timed_run(
+        [
+            "method=rag", "dataset=locomo", "limit.episodes=1", "limit.items=6", "limit.questions=2",
+            "~model.backend", "+model.backend._target_=test_bench.EchoBackend", "runner.progress=false",
+            f"cache.path={tmp_path / 'c.sqlite'}", f"run_dir={tmp_path / 'run'}", "metrics.bootstrap_samples=10",
+        ]
+    )  # fmt: skip
+    rows = (run_dir / "predictions.jsonl").read_text().splitlines()
+    assert isinstance(timed, bench.TimedBackend) and timed.backend.identity() == {"backend": "scripted"}
+    assert timed.calls >= 1 and timed.prompts >= len(rows) >= 1 and timed.seconds > 0
 
 
 def test_clustered_vectors_are_unit_and_near_their_centre() -> None:

@@ -232,7 +232,7 @@ class ServerSpec:
     revision: str | None = None
     dtype: str = "auto"
     max_model_len: int = 4096
-    kv_cache_gib: float = 4
+    kv_cache_gib: float = 2
     extra_args: list[str] = field(default_factory=list)
 
     @classmethod
@@ -245,7 +245,7 @@ class ServerSpec:
             revision=model_cfg.get("revision"),
             dtype=str(model_cfg.backend.get("dtype") or "auto"),
             max_model_len=int(serve.get("max_model_len", 4096)),
-            kv_cache_gib=float(serve.get("kv_cache_gib", 4)),
+            kv_cache_gib=float(serve.get("kv_cache_gib", 2)),
             extra_args=[str(arg) for arg in serve.get("extra_args") or []],
         )
 
@@ -261,6 +261,7 @@ class ServerState:
     log: str
     model: str
     started_at: float
+    extra_args: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -301,6 +302,26 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
             return response.status == 200
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError):
         return False
+
+
+def server_metrics(url: str, timeout_s: float = 5.0) -> dict[str, float]:
+    """The server's Prometheus counters (``/metrics``), labels dropped and summed per name.
+
+    E.g. ``vllm:request_success_total``, ``vllm:prefix_cache_queries_total`` and
+    ``vllm:prefix_cache_hits_total`` (their ratio is the prefix-cache hit rate).
+    """
+    with urllib.request.urlopen(f"{url}/metrics", timeout=timeout_s) as response:
+        text = response.read().decode("utf-8", "replace")
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            totals[name.split("{")[0]] = totals.get(name.split("{")[0], 0.0) + float(value)
+        except ValueError:
+            continue
+    return totals
 
 
 def running_url(name: str) -> str:
@@ -369,7 +390,7 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
             env=server_env(venv, spec.kv_cache_gib),
             start_new_session=True,  # its own process group: stop() ends the engine's workers too
         )
-    state = ServerState(spec.name, process.pid, port, dtype, str(log_path), model, time.time())
+    state = ServerState(spec.name, process.pid, port, dtype, str(log_path), model, time.time(), spec.extra_args)
     _state_file(spec.name).write_text(json.dumps(asdict(state)))
     began = time.perf_counter()
     while not healthy(state.url):
@@ -421,7 +442,8 @@ def status_line(name: str) -> str:
     if state is None:
         return f"{name}: not running"
     health = "healthy" if healthy(state.url) else "not answering /health (starting or stuck)"
-    return f"{name}: pid {state.pid}, {state.url}, {state.dtype}, {health}; log {state.log}"
+    args = f", {' '.join(state.extra_args)}" if state.extra_args else ""
+    return f"{name}: pid {state.pid}, {state.url}, {state.dtype}{args}, {health}; log {state.log}"
 
 
 class VLLMServer:
@@ -434,10 +456,10 @@ class VLLMServer:
         self.spec = spec
         self.timeout_s = timeout_s
         self.state: ServerState | None = None
-        self._started = False
+        self.started = False  # by this context (else reused)
 
     def __enter__(self) -> VLLMServer:
-        self._started = read_state(self.spec.name) is None
+        self.started = read_state(self.spec.name) is None
         self.state = start(self.spec, timeout_s=self.timeout_s)
         return self
 
@@ -447,7 +469,7 @@ class VLLMServer:
         return self.state.url
 
     def __exit__(self, *exc: object) -> None:
-        if self._started:
+        if self.started:
             stop(self.spec.name)
 
 

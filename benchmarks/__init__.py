@@ -1,0 +1,1 @@
+"""``make bench``: throughput benchmarks of the harness and its engines (not part of the installed package)."""
