@@ -47,7 +47,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock requirements-offline.txt sc
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIN) torch $(TORCH_PIP_ARGS)
 	$(PY) -m pip install -q $(PIN) -e '.[dev]'
-	$(if $(filter 1,$(OFFLINE_ASSETS)),$(PY) scripts/install_offline_assets.py,$(PY) -m pip install -q $(PIN) '.[constrained]')
+	$(if $(filter 1,$(OFFLINE_ASSETS)),$(PY) scripts/install_offline_assets.py,$(PY) -m pip install -q $(PIN) -e '.[constrained]')
 	touch $@
 
 install: $(VENV)/.installed ## Create .venv: the locked packages, CPU torch, offline models (hash-checked), WordNet
