@@ -11,15 +11,17 @@ plain JSON dicts on disk; these ``TypedDict`` s name their keys and types.
   ``config_hash`` and ``run`` has no ``hardware`` / ``engine`` / ``dtype``.
   Readers accept it: every key of version 1 that it has means the same.
 * 1 -- this module: ``schema_version``; ``config_hash`` in every prediction
-  row and episode record; ``run.hardware``, ``run.engine``, ``run.dtype``.
+  row and episode record; ``run.hardware``, ``run.engine``, ``run.dtype``;
+  ``overall_sets``; ``judge`` and the rows' ``j_*`` keys when a judge ran.
 
 A reader meeting a version newer than :data:`SCHEMA_VERSION` refuses the run
 (:func:`check_version`) rather than guess what its keys mean.
+
+Annotations are evaluated (no ``from __future__ import annotations``) so that
+``NotRequired`` keys are known to ``TypedDict`` at run time (``missing_keys``).
 """
 
-from __future__ import annotations
-
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 SCHEMA_VERSION = 1
 
@@ -58,11 +60,12 @@ class PredictionRow(TypedDict):
     telemetry: dict[str, Any]
 
 
-class ScoredRow(PredictionRow, total=False):
+class ScoredRow(PredictionRow):
     """A prediction row after ``clag.metrics.score_rows``: what ``predictions.jsonl`` holds once the run is finished.
 
     Evidence keys are None for a question without gold evidence;
-    ``adversarial_official`` is None outside LoCoMo's category 5.
+    ``adversarial_official`` is None outside LoCoMo's category 5; the judge's
+    ``j_lenient`` / ``j_strict`` (``clag.judge``) are there only when a judge ran.
     """
 
     f1: float
@@ -76,6 +79,8 @@ class ScoredRow(PredictionRow, total=False):
     sbert: float
     f1_official: float
     adversarial_official: float | None
+    j_lenient: NotRequired[float | None]
+    j_strict: NotRequired[float | None]
     e_prec: float | None
     e_recall: float | None
     e_f1: float | None
@@ -177,13 +182,16 @@ class Metrics(TypedDict):
     """``metrics.json``, written last and atomically: a run is finished when it exists.
 
     ``overall`` and ``by_category`` (category label -> metric -> summary) hold
-    the answer metrics; ``structure`` is each episode's ``describe()``.
+    the answer metrics, ``overall_sets`` the same over named category sets
+    (LoCoMo ``1-4`` and ``1-5``; empty elsewhere); ``structure`` is each
+    episode's ``describe()``; ``judge`` (``clag.judge``) only when a judge ran.
     """
 
     schema_version: int
     n: int
     overall: dict[str, Summary]
     by_category: dict[str, dict[str, Summary]]
+    overall_sets: dict[str, dict[str, Summary]]
     evidence: Evidence
     latency: dict[str, Spread]
     context_chars: dict[str, float | int | None]
@@ -191,6 +199,7 @@ class Metrics(TypedDict):
     usage: Usage
     structure: dict[str, dict[str, Any]]
     run: RunInfo
+    judge: NotRequired[dict[str, Any]]
 
 
 class SchemaError(ValueError):

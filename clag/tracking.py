@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from clag.schema import Metrics, ScoredRow
+
 log = logging.getLogger(__name__)
 
 
@@ -30,8 +32,21 @@ def flatten(value: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def log_run(cfg: DictConfig, run_dir: Path, metrics: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    """Send one run to W&B; failures are logged, never raised."""
+def _machine_tags(metrics: Metrics) -> list[str]:
+    """``engine``, ``dtype`` and the CPU model or first GPU of a run, as W&B tags."""
+    run = metrics["run"]
+    hardware = run.get("hardware") or {}
+    machine = (hardware.get("gpu") or [hardware.get("cpu_model")])[0]
+    return [str(tag)[:64] for tag in (run.get("engine"), run.get("dtype"), machine) if tag]  # W&B caps tags at 64
+
+
+def log_run(cfg: DictConfig, run_dir: Path, metrics: Metrics, rows: list[ScoredRow]) -> None:
+    """Send one run to W&B; failures are logged, never raised.
+
+    The keys read are those of :mod:`clag.schema`; the engine and the machine
+    (``run.engine``, ``run.hardware``) become tags so W&B groups runs that may
+    differ only because they ran elsewhere.
+    """
     try:
         import wandb
     except ImportError:
@@ -48,11 +63,11 @@ def log_run(cfg: DictConfig, run_dir: Path, metrics: dict[str, Any], rows: list[
             dir=str(run_dir),
             mode=cfg.logger.mode,
             config=OmegaConf.to_container(cfg, resolve=True),
-            tags=[cfg.dataset.name, cfg.method.name, cfg.model.name],
+            tags=[cfg.dataset.name, cfg.method.name, cfg.model.name, *_machine_tags(metrics)],
             reinit="finish_previous",
         )
         run.summary.update({k: v for k, v in flatten(metrics).items() if not k.startswith("run/versions")})
-        categories = metrics.get("by_category", {})
+        categories = metrics["by_category"]
         names = sorted({m for values in categories.values() for m in values})
         table = wandb.Table(columns=["category", *names])
         for category, values in sorted(categories.items()):

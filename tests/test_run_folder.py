@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 
 from clag.config import compose_config
-from clag.llm.base import Completion, GenerationConfig
-from clag.running.folder import JsonlLog, RunFolderError, read_jsonl
+from clag.llm.base import Completion, GenerationConfig, LLMBackend
+from clag.llm.coalesce import CoalescingBackend
+from clag.running.build import build_backend
+from clag.running.folder import JsonlLog, RunFolder, RunFolderError, read_jsonl
 from clag.running.loop import execute
 from clag.running.spec import RunSpec
 
@@ -33,12 +35,20 @@ class CannedBackend:
 
     def __init__(self, **settings: Any) -> None:
         self.settings = settings
+        self.prompts = 0
 
     def identity(self) -> dict[str, Any]:
         return {"backend": "canned"}
 
     def generate(self, prompts: Sequence[str], config: GenerationConfig) -> list[Completion]:
+        self.prompts += len(prompts)
         return [Completion("Caroline, painting", len(prompt.split()), 2) for prompt in prompts]
+
+
+class ServedBackend(CannedBackend):
+    """A backend that batches concurrent requests itself, as a served engine does."""
+
+    serves_concurrently = True
 
 
 def overrides(run_dir: Path, *extra: str) -> list[str]:
@@ -172,6 +182,15 @@ def test_folder_from_before_the_marker_resumes_when_its_config_matches(finished:
         run(old, "method.system.retrieve_k=5")
 
 
+def test_folder_without_results_is_taken_by_the_next_config(tmp_path: Path) -> None:
+    """A run that stopped before its first row (a data error, say) leaves nothing to protect."""
+    first = RunSpec.from_config(compose_config(overrides(tmp_path / "run")))
+    RunFolder(first.run_dir).claim(first)
+    second = RunSpec.from_config(compose_config(overrides(tmp_path / "run", "method.system.retrieve_k=5")))
+    RunFolder(second.run_dir).claim(second)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["config_hash"] == second.config_hash
+
+
 class FullDisk:
     """A file handle whose writes stop halfway with ENOSPC, as on a full disk."""
 
@@ -229,3 +248,52 @@ def test_torn_last_line_is_cut_and_unreadable_lines_are_kept(tmp_path: Path) -> 
 def test_unknown_mismatch_policy_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(RunFolderError, match="runner.on_config_mismatch='rename'"):
         run(tmp_path / "run", "runner.on_config_mismatch=rename")
+
+
+# -- the run package's seams ------------------------------------------------------------------------
+
+
+def test_coalescer_only_in_front_of_backends_that_do_not_batch_themselves(tmp_path: Path) -> None:
+    canned = compose_config(overrides(tmp_path)).model
+    assert isinstance(build_backend(canned, concurrent=True), CoalescingBackend)
+    assert isinstance(build_backend(canned, concurrent=False), CannedBackend)
+    served = compose_config(overrides(tmp_path, f"model.backend._target_={__name__}.ServedBackend")).model
+    assert type(build_backend(served, concurrent=True)) is ServedBackend
+
+
+class CountingBackend:
+    """A wrapper as the benchmark uses one: counts the prompts, passes everything else through."""
+
+    def __init__(self, backend: LLMBackend) -> None:
+        self.backend = backend
+        self.prompts = 0
+
+    def identity(self) -> dict[str, Any]:
+        return self.backend.identity()
+
+    def generate(self, prompts: Sequence[str], config: GenerationConfig) -> list[Completion]:
+        self.prompts += len(prompts)
+        return self.backend.generate(prompts, config)
+
+    def __getattr__(self, name: str) -> Any:  # e.g. the coalescer's client()
+        return getattr(self.backend, name)
+
+
+@pytest.mark.parametrize("target", ["CannedBackend", "ServedBackend"])
+def test_wrapped_backend_sees_every_call_of_concurrent_episodes(tmp_path: Path, target: str) -> None:
+    wrappers: list[CountingBackend] = []
+
+    def wrap(backend: LLMBackend) -> LLMBackend:
+        wrappers.append(CountingBackend(backend))
+        return wrappers[-1]
+
+    extra = ["limit.episodes=2", "runner.concurrent_episodes=2", f"model.backend._target_={__name__}.{target}"]
+    run_dir = execute(RunSpec.from_config(compose_config(overrides(tmp_path / "run", *extra))), wrap_backend=wrap)
+    rows = read_jsonl(run_dir / "predictions.jsonl")
+    assert {r["episode_id"] for r in rows} == {"conv-26", "conv-30"}
+    assert len(wrappers) == 1
+    coalesced = isinstance(wrappers[0].backend, CoalescingBackend)
+    assert coalesced == (target == "CannedBackend")
+    canned = wrappers[0].backend.backend if coalesced else wrappers[0].backend
+    # every prompt the model got went through the wrapper (RAG: keywords and answer per question, at least)
+    assert wrappers[0].prompts == canned.prompts >= 2 * len(rows)

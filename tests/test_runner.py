@@ -22,6 +22,7 @@ pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parent.parent
 ROW_FIELDS = {
     "question_id",
+    "config_hash",
     "question",
     "reference",
     "prediction",

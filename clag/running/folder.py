@@ -126,8 +126,11 @@ class JsonlLog:
                 f"{path} holds rows of config {', '.join(sorted(h[:8] for h in foreign))}, this run is "
                 f"{config_hash[:8]}: the folder mixes runs; use another run_dir or runner.on_config_mismatch=move_aside"
             )
-        for _, row in found:
-            self.rows[str(row[key])] = row
+        for number, row in found:
+            if row.get(key) is None:
+                log.warning("%s: skipping line %d, which has no %s", path, number, key)
+            else:
+                self.rows[str(row[key])] = row
         if complete < path.stat().st_size:
             with path.open("r+b") as handle:
                 handle.truncate(complete)
@@ -199,8 +202,7 @@ class RunFolder:
             log.warning("%s held config %s; moved it to %s", self.path, stored[:8], aside)
         self.path.mkdir(parents=True, exist_ok=True)
         try:
-            if not self.marker.is_file():
-                write_json(self.marker, {"config_hash": spec.config_hash, "schema_version": SCHEMA_VERSION})
+            write_json(self.marker, {"config_hash": spec.config_hash, "schema_version": SCHEMA_VERSION})
             self.config.write_text(OmegaConf.to_yaml(spec.cfg, resolve=True))
         except OSError as err:
             raise _write_error(self.config, err) from err
@@ -217,10 +219,14 @@ class RunFolder:
     def _stored_hash(self, spec: RunSpec) -> str | None:
         """The config hash of the run the folder holds, None when it holds none.
 
-        ``run.json`` says it; a folder written before ``run.json`` existed is
-        judged by its ``config.yaml``: the same config (compared key by key,
-        both sides read back from YAML) is this run, anything else is another.
+        A folder with no result in it yet (a run that stopped before its first
+        row or snapshot, e.g. on a data error) holds none. ``run.json`` says
+        whose it is; a folder written before ``run.json`` existed is judged by
+        its ``config.yaml``: the same config (compared key by key, both sides
+        read back from YAML) is this run, anything else is another.
         """
+        if not self._holds_results():
+            return None
         if self.marker.is_file():
             try:
                 return str(json.loads(self.marker.read_text())["config_hash"])
@@ -228,15 +234,21 @@ class RunFolder:
                 pass  # a damaged marker: judge by config.yaml as for an old folder
         stored = self._stored_config()
         if stored is None:
-            if self.predictions.is_file() or self.episodes.is_file():
-                return "unknown"  # rows of an unknown config
-            return None
+            return "unknown"  # results without a readable config
         if not config_diff(stored, _as_yaml(spec)):
             return spec.config_hash
         try:
             return str(json.loads(self.metrics.read_text())["run"]["config_hash"])
         except (OSError, json.JSONDecodeError, KeyError, TypeError):
             return hash_config(stored)
+
+    def _holds_results(self) -> bool:
+        logs = (self.predictions, self.episodes)
+        return (
+            self.metrics.exists()
+            or (self.path / "memory").exists()
+            or any(p.is_file() and p.stat().st_size for p in logs)
+        )
 
     def _refusal(self, spec: RunSpec, stored: str) -> str:
         stored_config = self._stored_config()

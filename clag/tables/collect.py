@@ -22,6 +22,8 @@ import yaml
 
 from clag.metrics.aggregate import CATEGORY_SETS, summarize
 from clag.metrics.scoring import category_number
+from clag.running.folder import read_jsonl
+from clag.schema import Metrics, RunInfo, SchemaError, ScoredRow, check_version
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,8 @@ METRICS: dict[str, Metric] = {
 # Where a ``describe()`` reports its cluster count: CLAG's ``clusters``, or a
 # ``n_clusters`` for methods that keep a list under ``clusters``.
 _CLUSTER_COUNT_KEYS = ("n_clusters", "clusters")
+# CPU flags that select different matmul kernels, named where a table says where it was computed.
+_SHOWN_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 
 
 @dataclass(frozen=True)
@@ -100,18 +104,35 @@ class RunRecord:
     Attributes:
         path: The run folder.
         config: The resolved ``config.yaml`` as a dict.
-        metrics: ``metrics.json``.
+        metrics: ``metrics.json`` (keys: :class:`clag.schema.Metrics`; older runs may lack some).
     """
 
     path: Path
     config: dict[str, Any]
-    metrics: dict[str, Any]
+    metrics: Metrics
     mtime: float = 0.0
-    _predictions: list[dict[str, Any]] | None = field(default=None, repr=False)
+    _predictions: list[ScoredRow] | None = field(default=None, repr=False)
 
     @property
-    def info(self) -> dict[str, Any]:
-        return self.metrics.get("run", {})
+    def info(self) -> RunInfo:
+        return self.metrics.get("run", {})  # type: ignore[return-value]
+
+    @property
+    def computed_on(self) -> str:
+        """Engine, dtype and machine of the run, e.g. ``transformers int8 on AMD EPYC (avx2, avx512f)``.
+
+        Predictions differ between CPUs with other kernels (AVX2 / AVX-512 /
+        AMX), GPUs, engines and dtypes, so tables say where their numbers come from.
+        """
+        info = self.info
+        hardware = info.get("hardware")
+        if not hardware:
+            return "machine not recorded"
+        flags = [f for f in hardware.get("cpu_flags", []) if f in _SHOWN_CPU_FLAGS]
+        machine = ", ".join(hardware.get("gpu") or []) or hardware.get("cpu_model", "?")
+        if flags and not hardware.get("gpu"):
+            machine += f" ({', '.join(flags)})"
+        return f"{info.get('engine', '?')} {info.get('dtype') or ''} on {machine}".replace("  ", " ")
 
     def _key(self, name: str, config_path: tuple[str, ...]) -> str:
         value: Any = self.config
@@ -168,33 +189,27 @@ class RunRecord:
         return text
 
     @property
-    def predictions(self) -> list[dict[str, Any]]:
-        """Rows of ``predictions.jsonl`` (read once; a partial last line is skipped)."""
+    def predictions(self) -> list[ScoredRow]:
+        """Rows of ``predictions.jsonl``, read once under the run folder's one reading policy."""
         if self._predictions is None:
-            rows = []
-            path = self.path / "predictions.jsonl"
-            if path.is_file():
-                for line in path.read_text(encoding="utf-8").splitlines():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        log.warning("%s: skipping an unreadable line", path)
-            self._predictions = rows
+            self._predictions = read_jsonl(self.path / "predictions.jsonl")  # type: ignore[assignment]
         return self._predictions
 
 
 def find_runs(runs_dir: Path) -> list[RunRecord]:
     """Every finished run under ``runs_dir`` (any depth), in path order.
 
-    A ``metrics.json`` that does not parse (a copy in progress) is skipped
-    with a warning rather than failing the whole rendering.
+    A ``metrics.json`` that does not parse (a copy in progress) or comes
+    from a newer result schema is skipped with a warning rather than failing
+    the whole rendering.
     """
     runs = []
     for metrics_path in sorted(Path(runs_dir).rglob("metrics.json")):
         folder = metrics_path.parent
         try:
             metrics = json.loads(metrics_path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
+            check_version(metrics, str(metrics_path))
+        except (OSError, json.JSONDecodeError, SchemaError) as err:
             log.warning("skipping %s: %s", metrics_path, err)
             continue
         config_path = folder / "config.yaml"
