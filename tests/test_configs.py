@@ -168,3 +168,14 @@ def test_one_compose_helper():
         and "initialize_config_dir" in path.read_text(encoding="utf-8")
     ]
     assert callers == ["clag/config.py"], callers
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_every_value_an_experiment_sweeps_passes_the_schemas(experiment):
+    """Each swept value is checked as its job would check it (beside the first value of the other keys)."""
+    params = compose_config([f"experiment={experiment}"], return_hydra_config=True).hydra.sweeper.params
+    grid = {key: [v.strip() for v in str(values).split(",")] for key, values in params.items()}
+    for key, values in grid.items():
+        for value in values:
+            job = {**{k: v[0] for k, v in grid.items()}, key: value}
+            validate_config(compose_config([f"experiment={experiment}", *(f"{k}={v}" for k, v in job.items())]))
