@@ -24,8 +24,10 @@ traceback as well.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,7 +130,14 @@ def report_run(cfg: DictConfig) -> Path:
     except KeyboardInterrupt as err:
         signame = "SIGTERM" if isinstance(err, Terminated) else "interrupt"
         log.error("%s: run stopped; %s; run the same command again to resume", signame, kept_predictions(cfg))
-        sys.exit(143 if isinstance(err, Terminated) else 130)
+        code = 143 if isinstance(err, Terminated) else 130
+        if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+            # Episodes still in flight in their threads would keep the process alive until they end. Leaving
+            # them loses nothing finished: rows are synced per batch (a cut last line is dropped on resume),
+            # a snapshot counts only with its COMPLETE marker, and SQLite rolls back an open write.
+            logging.shutdown()
+            os._exit(code)
+        sys.exit(code)
     except Exception as err:
         message = user_error(err)
         if message is None:

@@ -34,10 +34,13 @@ class FakeServer:
         port: 0 picks a free one; a restarted server reuses the old one.
         answer_first: Requests answered before the server drops every
             connection (a server that died mid-run); ``None`` = all.
-        hold_at: The request (1-based) that waits for :attr:`release` (to kill the run then).
+        hold_at: The request (1-based) that waits for :attr:`release` (to kill the run then),
+            at most ``hold_s`` seconds.
     """
 
-    def __init__(self, port: int = 0, answer_first: int | None = None, hold_at: int | None = None) -> None:
+    def __init__(
+        self, port: int = 0, answer_first: int | None = None, hold_at: int | None = None, hold_s: float = 30
+    ) -> None:
         self.requests = 0
         self.prompts: list[str] = []
         self.held = threading.Event()
@@ -58,7 +61,7 @@ class FakeServer:
                     return
                 if number == fake.hold_at:
                     fake.held.set()
-                    fake.release.wait(30)
+                    fake.release.wait(fake.hold_s)
                 fake.prompts.append(prompt)
                 field = "keywords" if '"keywords"' in prompt else "answer"
                 text = json.dumps({field: "Caroline, support group" if field == "keywords" else "a support group"})
@@ -71,7 +74,7 @@ class FakeServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.answer_first, self.hold_at = answer_first, hold_at
+        self.answer_first, self.hold_at, self.hold_s = answer_first, hold_at, hold_s
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -235,3 +238,25 @@ def test_a_killed_run_says_what_it_kept_and_resumes(tmp_path, signum, code, word
     assert [(r["question_id"], r["prediction"]) for r in final[:2]] == [
         (r["question_id"], r["prediction"]) for r in kept
     ]
+
+
+def test_an_interrupt_stops_concurrent_episodes_at_once(tmp_path) -> None:
+    """With episodes in threads, Ctrl-C must not wait for the episodes in flight (here: a call never answered)."""
+    server = FakeServer(hold_at=3, hold_s=600)
+    overrides = run_overrides(
+        server.url, tmp_path / "run", tmp_path / "cache.sqlite", "limit.episodes=2", "runner.concurrent_episodes=2"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clag.run", *overrides], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.held.wait(120), "the run never sent its third request"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)  # the held call is never answered: only a prompt stop ends it
+    finally:
+        process.kill()
+        server.release.set()
+        server.stop()
+    assert process.returncode == 130 and "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if "[ERROR]" in line]
+    assert len(errors) == 1 and "interrupt: run stopped;" in errors[0]

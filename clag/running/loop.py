@@ -99,8 +99,13 @@ def execute(spec: RunSpec, wrap_backend: Callable[[LLMBackend], LLMBackend] | No
             with client() if client is not None else nullcontext():
                 run_episode(episode)
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        pool = ThreadPoolExecutor(max_workers=workers)
+        try:
             list(pool.map(scoped, episodes))
+        except BaseException:  # an interrupt stops the run now, not after every episode in flight ends
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         if batches := getattr(backend, "batches", 0):  # the coalescer's (or a wrapper's) counters
             log.info(
                 "%d LLM requests of %d concurrent episodes went out in %d batches",
