@@ -121,7 +121,8 @@ def test_tables_mark_clag_against_each_baseline(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_runs(tmp_path_factory, data_dir) -> tuple[Path, Path]:
-    """no_memory and full_context on 12 real LoCoMo turns (the 0.5B model; a few minutes on CPU)."""
+    """full_context, and no_memory judged at the end of its run (metrics.judge), on 12 real LoCoMo turns
+    (4 questions; the 0.5B model; a few minutes on CPU)."""
     from clag.run import run_with_overrides
 
     root = tmp_path_factory.mktemp("real")
@@ -133,9 +134,25 @@ def real_runs(tmp_path_factory, data_dir) -> tuple[Path, Path]:
         "runner.progress=false",
         f"paths.runs_dir={root}",
     ]
-    return tuple(
-        run_with_overrides([f"method={m}", f"run_dir={root / m}", *common]) for m in ("full_context", "no_memory")
+    full = run_with_overrides(["method=full_context", f"run_dir={root / 'full_context'}", *common])
+    empty = run_with_overrides(
+        ["method=no_memory", f"run_dir={root / 'no_memory'}", "metrics.judge.enabled=true", *common]
     )
+    return full, empty
+
+
+@pytest.mark.model
+def test_the_judge_runs_at_the_end_of_a_run(real_runs):
+    run = load_run(real_runs[1])
+    judge = run.metrics["judge"]
+    assert judge["model"] == "qwen2.5-0.5b" and judge["small"] and judge["counts"]["lenient"]["judged"] == run.questions
+    for prompt in ("lenient", "strict"):
+        count = judge["counts"][prompt]
+        assert count["correct"] + count["wrong"] + count["unclear"] == run.questions
+        clear = count["correct"] + count["wrong"]
+        assert run.metrics["overall"].get(f"j_{prompt}", {}).get("n", 0) == clear
+        assert run.metrics["overall_sets"]["1-4"].get(f"j_{prompt}", {}).get("n", 0) == clear
+    assert all(set(row["judge"]) == {"lenient", "strict"} for row in run.predictions)
 
 
 @pytest.mark.model
