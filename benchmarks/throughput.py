@@ -880,10 +880,18 @@ def run_benchmark(
     with tempfile.TemporaryDirectory(prefix="clag-bench-") as workdir:
         if "harness" in sections:
             run_harness_sections(results, scale, methods, sizes, before_after, Path(workdir))
-        if "engines" in sections:  # last: its bf16 row loads a second model, which the harness must not count
+        parts = set(sections) & {"engine-demo", "engine-streams"}
+        if "engines" in sections:
+            parts |= {"engine-demo", "engine-streams"}
+        if parts:  # last: its bf16 row loads a second model, which the harness must not count
             from benchmarks.engines import run_engines
 
-            results["engines"] = run_engines(os.environ["CLAG_DATA_DIR"], Path(workdir) / "engines")
+            results["engines"] = run_engines(
+                os.environ["CLAG_DATA_DIR"],
+                Path(workdir) / "engines",
+                demo="engine-demo" in parts,
+                streams="engine-streams" in parts,
+            )
     results["peak_rss_mb"] = peak_rss_mb()
     results["loadavg_end"] = list(os.getloadavg())
     results["wall_s"] = time.perf_counter() - start
@@ -929,8 +937,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--sections",
         nargs="+",
         default=["harness", "engines"],
-        choices=["harness", "engines"],
-        help="harness = sections 1-7 (transformers), engines = 8-9 (vLLM against transformers)",
+        choices=["harness", "engines", "engine-streams", "engine-demo"],
+        help="harness = sections 1-7 (transformers), engines = 8-9 (vLLM against transformers): "
+        "engine-streams (8) and engine-demo (9) alone",
     )
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="reports go to OUT/<scale>/")
     args = parser.parse_args(argv)

@@ -241,3 +241,43 @@ def test_slice_runs_are_compared_by_wall_time_and_predictions() -> None:
     after = {"wall_s": 100.0, "predictions": {"q1": "a", "q2": "x", "q3": "c"}}
     bench.compare_slice_runs(before, after)
     assert after["speedup"] == 3.0 and after["same_predictions"] == "2/3"
+
+
+def test_engine_stream_rows_use_disjoint_prompts_and_set_the_batch_to_the_streams() -> None:
+    from benchmarks import engines
+
+    backend = echo_backend(words=4)
+    backend.batch_size = 1  # type: ignore[attr-defined]
+    prompts = [f"p{i}" for i in range(1 + 1 + 2 + 3)]
+    rows = engines.stream_throughput(backend, prompts, streams=(1, 2, 3))
+    assert [row["streams"] for row in rows] == [1, 2, 3] and backend.batch_size == 3  # type: ignore[attr-defined]
+    assert [row["completion_tokens"] for row in rows] == [4, 8, 12] and rows[0]["vs_1_stream"] == 1.0
+    asked = [prompt for prompt, _ in backend.calls]
+    assert asked[0] == "p0" and len(set(asked[1:])) == len(asked[1:]) == 6  # warm-up, then each prompt once
+    with pytest.raises(ValueError, match="need 7 prompts"):
+        engines.stream_throughput(backend, prompts[:6], streams=(1, 2, 3))
+
+
+def test_engine_demo_rows_compare_against_the_faster_local_engine() -> None:
+    from benchmarks import engines
+
+    rows = [
+        {"engine": "vllm", "wall_s": 100.0, "predictions": {"a/q1": "x", "b/q1": "y"}},
+        {"engine": "transformers int8", "wall_s": 180.0, "predictions": {"a/q1": "x", "b/q1": "z"}},
+        {"engine": "transformers bf16", "wall_s": 120.0, "predictions": {"a/q1": "x", "b/q1": "y"}},
+    ]
+    target = engines.compare_demo_rows(rows)
+    assert target["against"] == "transformers bf16" and target["speedup"] == 1.2
+    assert target["verdict"] == "missed by 1.25x"
+    assert rows[1]["same_predictions_as_vllm"] == "1/2" and rows[2]["same_predictions_as_vllm"] == "2/2"
+    assert engines.compare_demo_rows(rows[1:])["verdict"] == "not measured"
+
+
+def test_engine_demo_command_composes_the_demo_slice_through_one_server(tmp_path: Path) -> None:
+    from benchmarks import engines
+
+    command = engines.demo_slice_command(["engine=vllm"], tmp_path, parallel=True)
+    assert command[1:4] == ["-m", "clag.run", "-m"] and "hydra/launcher=parallel" in command
+    cfg = bench._compose([arg for arg in command[4:] if not arg.startswith(("method=", "hydra"))])
+    assert cfg.model.engine == "vllm" and cfg.cache.enabled is False and cfg.limit.episode_ids == ["conv-30", "conv-48"]
+    assert "hydra/launcher=parallel" not in engines.demo_slice_command(["engine=transformers"], tmp_path, False)
