@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from clag.hardware import cpu_model_and_flags
 from clag.llm.base import Completion, GenerationConfig, LLMBackend
 
 log = logging.getLogger(__name__)
@@ -164,17 +165,9 @@ def machine_info() -> dict[str, Any]:
     import faiss
     import torch
 
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
         "host": platform.node(),
-        "cpu": cpu,
+        "cpu": cpu_model_and_flags()[0],
         "cores": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from clag.hardware import cpu_has_native_bf16
 from clag.llm.base import GenerationConfig
 from clag.llm.json_parse import strip_think
 from clag.llm.transformers_backend import (
@@ -23,7 +24,6 @@ from clag.llm.transformers_backend import (
     SeededSampler,
     TransformersBackend,
     _effective_dtype,
-    cpu_has_native_bf16,
     dequantized_checkpoint,
     file_sha256,
     length_sorted_batches,

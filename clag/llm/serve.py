@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from clag.assets import cache_dir
+from clag.hardware import cpu_has_native_bf16
 
 log = logging.getLogger(__name__)
 
@@ -87,23 +88,13 @@ def has_gpu() -> bool:
     return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where it is unreadable)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((row for row in text.splitlines() if row.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
-
-
 def native_dtype() -> str:
     """``bfloat16`` where the hardware computes in it (a GPU, or a CPU with
     avx512_bf16 / AMX), else ``float32``: on an AVX2-only CPU bf16 is emulated
     and slower than float32."""
     if has_gpu():
         return "bfloat16"
-    return "bfloat16" if cpu_flags() & {"avx512_bf16", "amx_bf16"} else "float32"
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
 
 
 def resolve_dtype(dtype: str) -> str:

@@ -57,6 +57,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from clag.hardware import cpu_has_native_bf16
 from clag.llm.base import Completion, GenerationConfig, check_prompt_format
 from clag.llm.json_parse import strip_think
 
@@ -250,26 +251,6 @@ class LoadedModel:
 
 _LOADED: dict[tuple[str, str | None, str | None, str, str], LoadedModel] = {}
 _LOAD_LOCK = threading.Lock()
-
-
-#: ``/proc/cpuinfo`` flags of a CPU that computes bf16 natively (AVX-512 BF16 dot products, AMX tiles).
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-
-
-def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU has bf16 instructions, from the ``flags`` lines of ``/proc/cpuinfo``.
-
-    oneDNN also "supports" bf16 on plain AVX-512 by converting to float32,
-    which is slower than int8 there; only these flags make bf16 the fast path.
-    Unreadable (not Linux) counts as no.
-    """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = {flag for line in cpuinfo.splitlines() if line.startswith("flags") for flag in line.split()}
-    return bool(flags & NATIVE_BF16_FLAGS)
 
 
 def _effective_dtype(dtype: str, device: str) -> str:

@@ -11,65 +11,20 @@ and the version of every package that changes results
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from clag.data import episode_fingerprint
+from clag.hardware import hardware
 from clag.llm.base import LLMBackend
 from clag.running.spec import RunSpec
-from clag.schema import Hardware, RunInfo
+from clag.schema import RunInfo
 from clag.types import Episode
 from clag.versions import installed_versions
-
-# CPU flags that decide which matmul kernels run (x86 SIMD, VNNI, bf16, AMX; ARM NEON/SVE).
-_KERNEL_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c", "sse4", "asimd", "sve", "bf16", "i8mm")
-
-
-def _cpuinfo() -> tuple[str, list[str]]:
-    """CPU model name and kernel-relevant flags from ``/proc/cpuinfo`` (Linux; elsewhere the platform's name)."""
-    model, flags = platform.processor() or platform.machine(), []
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return model, flags
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        name = name.strip().lower()
-        if name in ("model name", "hardware", "cpu model") and value.strip():
-            model = value.strip()
-        elif name in ("flags", "features") and not flags:
-            flags = sorted(flag for flag in value.split() if flag.startswith(_KERNEL_FLAG_PREFIXES))
-        if flags and model and name == "":  # the first processor's block is enough
-            break
-    return model, flags
-
-
-def _gpus() -> list[str]:
-    """Names of the CUDA devices torch sees; [] without torch, CUDA or a GPU."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        try:
-            import torch
-        except ImportError:
-            return []
-    try:
-        if not torch.cuda.is_available():
-            return []
-        return [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
-    except Exception:  # a broken driver must not fail a finished run
-        return []
-
-
-def hardware() -> Hardware:
-    """The machine a run was computed on."""
-    model, flags = _cpuinfo()
-    return Hardware(machine=platform.machine(), cpu_model=model, cpu_count=os.cpu_count(), cpu_flags=flags, gpu=_gpus())
 
 
 def git_hash() -> str:
