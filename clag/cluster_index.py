@@ -4,7 +4,7 @@ CLAG's second retrieval stage searches the members of the clusters the SLM
 picked. Through :class:`clag.embed.VectorIndex` that is a FAISS
 ``IDSelectorBatch`` over one flat index: the scan still visits every stored
 vector and asks the selector whether it is a member, so its cost grows with
-the whole memory, not with the clusters searched (``scripts/bench.py``
+the whole memory, not with the clusters searched (``benchmarks/``
 measures it). Here each cluster owns a small contiguous matrix of its
 members' unit vectors; a search multiplies the query with the picked
 clusters' matrices only, so it costs O(size of the picked clusters).
