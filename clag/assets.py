@@ -135,7 +135,8 @@ def resolve_gguf(name: str) -> Path:
     if name == "smollm2-135m":
         return smollm2_path()
     if name not in OFFLINE_GGUF:
-        raise KeyError(f"unknown offline model '{name}'; known: {sorted([*OFFLINE_GGUF, 'smollm2-135m'])}")
+        # a missing model file to the user: clag.run reports it in one line
+        raise FileNotFoundError(f"no offline model named '{name}'; known: {sorted([*OFFLINE_GGUF, 'smollm2-135m'])}")
     return assemble_gguf(name)
 
 

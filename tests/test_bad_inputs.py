@@ -186,6 +186,7 @@ def test_a_damaged_cache_file_is_named_and_the_predictions_stay(tmp_path, caplog
     [
         ("/nonexistent/qwen-folder", "model folder not found: /nonexistent/qwen-folder"),
         ("/nonexistent/qwen.gguf", "GGUF file not found: /nonexistent/qwen.gguf"),
+        ("offline:nope", "no offline model named 'nope'; known: ["),
     ],
 )
 def test_a_missing_model_file_is_one_line(tmp_path, caplog, model, named) -> None:
