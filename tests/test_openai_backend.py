@@ -23,7 +23,8 @@ class ScriptedServer:
 
     The reply to a prompt is ``reply:<prompt>``; a prompt starting with
     ``slow`` is answered late, so that out-of-order completion shows up.
-    ``fail_first`` requests get HTTP 503 before the server recovers.
+    ``fail_first`` requests get HTTP 503 before the server recovers; a prompt
+    starting with ``refuse`` always gets HTTP 400.
     """
 
     def __init__(self, fail_first: int = 0, status: int = 503) -> None:
@@ -50,8 +51,8 @@ class ScriptedServer:
                 time.sleep(0.3 if prompt.startswith("slow") else 0.05)
                 with server.lock:
                     server.in_flight -= 1
-                if failing:
-                    self._send(server.status, {"error": "warming up"})
+                if failing or prompt.startswith("refuse"):
+                    self._send(400 if prompt.startswith("refuse") else server.status, {"error": "warming up"})
                     return
                 text = f"reply:{prompt}"
                 choice = {"message": {"role": "assistant", "content": text}} if "messages" in body else {"text": text}
@@ -155,6 +156,22 @@ def test_client_errors_fail_at_once_naming_the_url() -> None:
         with pytest.raises(ServerError, match=r"127\.0\.0\.1:\d+/v1/chat/completions answered HTTP 400"):
             backend(running.url).generate(["q"], GenerationConfig())
         assert len(running.requests) == 1
+
+
+def test_a_batch_failing_part_way_keeps_what_was_answered(server: ScriptedServer, tmp_path) -> None:
+    """A server failing between a batch's requests: the error carries the answered ones and the
+    client caches them, so a resumed run never sends them again."""
+    from clag.llm.cache import CallCache
+
+    cache = CallCache(tmp_path / "cache.sqlite")
+    client = LLMClient(backend(server.url), cache, GenerationConfig(), {})
+    with pytest.raises(ServerError) as error:
+        client.generate(["a", "refuse this", "b"], "answer")
+    assert sorted(error.value.completed) == [0, 2]
+    assert len(cache) == 2
+    sent = len(server.requests)
+    assert client.generate(["a", "b"], "answer") == ["reply:a", "reply:b"]
+    assert len(server.requests) == sent  # both from the cache
 
 
 def test_unreachable_server_names_the_url_and_never_the_key(caplog: pytest.LogCaptureFixture) -> None:

@@ -71,5 +71,10 @@ class LLMBackend(Protocol):
         ...
 
     def generate(self, prompts: Sequence[str], config: GenerationConfig) -> list[Completion]:
-        """Generate one completion per prompt, in the order given."""
+        """Generate one completion per prompt, in the order given.
+
+        A backend that can fail part-way through a batch (a server going down
+        between requests) attaches ``completed: dict[int, Completion]`` (by
+        prompt index) to the exception it raises; the client caches those.
+        """
         ...

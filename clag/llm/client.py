@@ -146,6 +146,13 @@ class LLMClient:
             self.usage.add(stage, fallbacks=sum(results[i] is None for i in failed))
         return list(zip(results, texts))
 
+    def _keep_answered(self, err: Exception, generated: list[int], keys: list[str | None]) -> None:
+        """Cache what a batch answered before it failed (``completed`` of the error, by position in
+        the batch: see :class:`clag.llm.base.LLMBackend`), so a resumed run never asks it again."""
+        completed = getattr(err, "completed", None)
+        if self.cache is not None and completed:
+            self.cache.put_many((keys[generated[j]], c) for j, c in completed.items() if keys[generated[j]] is not None)
+
     def _complete(self, prompts: list[str], config: GenerationConfig, stage: str) -> list[Completion]:
         """Completions in order: cache hits first, then one backend call for the misses.
 
@@ -168,7 +175,11 @@ class LLMClient:
                 if keys[i] is not None:
                     first_of[keys[i]] = i
         if to_generate:
-            fresh = self.backend.generate([prompts[i] for i in to_generate], config)
+            try:
+                fresh = self.backend.generate([prompts[i] for i in to_generate], config)
+            except Exception as err:
+                self._keep_answered(err, to_generate, keys)
+                raise
             if len(fresh) != len(to_generate):
                 raise RuntimeError(f"backend returned {len(fresh)} completions for {len(to_generate)} prompts")
             for i, completion in zip(to_generate, fresh):

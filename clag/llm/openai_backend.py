@@ -40,7 +40,13 @@ log = logging.getLogger(__name__)
 
 
 class ServerError(RuntimeError):
-    """The server could not be reached or refused a request; the message names the URL."""
+    """The server could not be reached or refused a request; the message names the URL.
+
+    Raised from :meth:`OpenAICompatibleBackend.generate`, it carries ``completed``: the
+    completions (by prompt index) that the server had answered before, so none is lost.
+    """
+
+    completed: dict[int, Completion]
 
 
 def weights_fingerprint(weights: str, revision: str | None) -> dict[str, Any]:
@@ -145,7 +151,18 @@ class OpenAICompatibleBackend:
         if not prompts:
             return []
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
-            return list(pool.map(lambda prompt: self._complete(prompt, config), prompts))
+            futures = [pool.submit(self._complete, prompt, config) for prompt in prompts]
+        completed: dict[int, Completion] = {}
+        failure: ServerError | None = None
+        for index, future in enumerate(futures):
+            try:
+                completed[index] = future.result()
+            except ServerError as err:
+                failure = failure or err
+        if failure is not None:
+            failure.completed = completed  # answered before the failure: the client caches them (base.py)
+            raise failure
+        return [completed[index] for index in range(len(prompts))]
 
     def request_body(self, prompt: str, config: GenerationConfig) -> dict[str, Any]:
         """The JSON body for one prompt (public so that tests and users can inspect it)."""
