@@ -28,6 +28,10 @@ EPISODES_IN_PARALLEL ?= 10
 # started for qwen3-0.6b / 1.7b / 8b), and BERTScore as the paper scores it (roberta-large, from the Hub)
 ENGINE ?= transformers
 REPRODUCE_ARGS ?= engine=$(ENGINE) metrics.bert_model=roberta-large
+# with ENGINE=vllm the sweep jobs run side by side (REPRODUCE_JOBS at once), all feeding the server;
+# never for Table 2, whose latencies need one question at a time
+REPRODUCE_JOBS ?= 8
+PARALLEL_JOBS = $(if $(filter vllm,$(ENGINE)),hydra/launcher=parallel hydra.launcher.n_jobs=$(REPRODUCE_JOBS))
 # vLLM's own venv (it pins its own torch / transformers); SERVE_ARGS = Hydra overrides naming the served model
 VLLM_VENV ?= .venv-vllm
 export CLAG_VLLM_VENV := $(abspath $(VLLM_VENV))
@@ -107,11 +111,11 @@ bench: install vllm ## Throughput benchmark (harness, and vLLM against transform
 
 reproduce: install ## The paper's full protocol on Qwen3 (GPU + network); resumable
 	for e in table1 table5 table7 table9 table10; do \
-		$(PY) -m clag.run -m experiment=$$e model=qwen3-0.6b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS) || exit 1; \
+		$(PY) -m clag.run -m experiment=$$e model=qwen3-0.6b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS) $(PARALLEL_JOBS) || exit 1; \
 	done
 	$(PY) -m clag.run -m experiment=table2 model=qwen3-0.6b $(REPRODUCE_ARGS)   # latency: one episode and one question at a time
-	$(PY) -m clag.run -m experiment=table1 model=qwen3-1.7b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS)
-	$(PY) -m clag.run -m experiment=table6 runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS)
+	$(PY) -m clag.run -m experiment=table1 model=qwen3-1.7b runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS) $(PARALLEL_JOBS)
+	$(PY) -m clag.run -m experiment=table6 runner.concurrent_episodes=$(EPISODES_IN_PARALLEL) $(REPRODUCE_ARGS) $(PARALLEL_JOBS)
 	$(MAKE) tables
 
 notebook: install ## Execute notebooks/analysis.ipynb in place
