@@ -49,7 +49,8 @@ def provenance(spec: RunSpec, backend: LLMBackend, episodes: list[Episode], wall
         dataset=cfg.dataset.name,
         model=cfg.model.name,
         model_identity=identity,
-        engine=str(identity.get("backend", "unknown")),
+        # the engine group's name (transformers / vllm / llamacpp), else the backend's own word for itself
+        engine=str(OmegaConf.select(cfg, "model.engine", default=None) or identity.get("backend", "unknown")),
         dtype=None if dtype is None else str(dtype),
         generation=OmegaConf.to_container(cfg.model.generation, resolve=True),  # type: ignore[typeddict-item]
         concurrent_episodes=int(cfg.runner.concurrent_episodes),
