@@ -85,7 +85,7 @@ def default_claims(clag_default: dict[str, Any]) -> list[Claim]:
 def _run(runs: list[RunRecord], method: str, dataset: str, where: dict[str, Any]) -> RunRecord | None:
     """The run of ``method`` whose explicit switches equal ``where`` (a variant never stands in for another)."""
     exact = [r for r in runs if matches(r, method, dataset, [], where) and all(k in r.params for k in where)]
-    return select_run(exact or [], method, dataset, [], where, [])
+    return select_run(exact, method, dataset, [], where, [])
 
 
 def evaluate(runs: list[RunRecord], claims: Sequence[Claim], samples: int = 10000) -> list[Finding]:
