@@ -215,6 +215,8 @@ class ServerSpec:
         dtype: ``auto`` (see :func:`native_dtype`), ``bfloat16``, ``float32``, ``float16``.
         max_model_len: Context length the server allocates for.
         kv_cache_gib: KV-cache space on a CPU (``VLLM_CPU_KVCACHE_SPACE``).
+        reserved_cpus: Cores a CPU server keeps off its compute threads for the scheduler
+            (``VLLM_CPU_NUM_OF_RESERVED_CPU``); None = :func:`default_reserved_cpus`.
         extra_args: More ``api_server`` arguments, as is.
     """
 
@@ -224,6 +226,7 @@ class ServerSpec:
     dtype: str = "auto"
     max_model_len: int = 4096
     kv_cache_gib: float = 2
+    reserved_cpus: int | None = None
     extra_args: list[str] = field(default_factory=list)
 
     @classmethod
@@ -237,6 +240,7 @@ class ServerSpec:
             dtype=str(model_cfg.backend.get("dtype") or "auto"),
             max_model_len=int(serve.get("max_model_len", 4096)),
             kv_cache_gib=float(serve.get("kv_cache_gib", 2)),
+            reserved_cpus=None if serve.get("reserved_cpus") is None else int(serve.reserved_cpus),
             extra_args=[str(arg) for arg in serve.get("extra_args") or []],
         )
 
@@ -333,11 +337,25 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def server_env(venv: Path, kv_cache_gib: float) -> dict[str, str]:
-    """The server's environment: KV-cache size, preloads, no telemetry."""
+def default_reserved_cpus(cores: int | None = None) -> int | None:
+    """No reserved core on a machine of four cores or fewer, else vLLM's own choice (None).
+
+    vLLM's CPU backend keeps one core per rank off its compute threads for the scheduler. On a
+    2-core VM that halves the compute: 0 reserved served 1.86x the tokens/s of 1 reserved at 20
+    streams and 1.80x at 4 (61.5 vs 33.0 and 39.9 vs 22.1, same outputs; AMD EPYC, 2026-12-01).
+    """
+    cores = os.cpu_count() if cores is None else cores
+    return 0 if cores is not None and cores <= 4 else None
+
+
+def server_env(venv: Path, kv_cache_gib: float, reserved_cpus: int | None = None) -> dict[str, str]:
+    """The server's environment: KV-cache size, reserved cores, preloads, no telemetry."""
     env = dict(os.environ)
     env.update(VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     if not has_gpu():
+        reserved = default_reserved_cpus() if reserved_cpus is None else reserved_cpus
+        if reserved is not None and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved)
         preload = [
             path for path in (tcmalloc_path(), str(venv / "lib" / "libiomp5.so")) if path and Path(path).exists()
         ]
@@ -378,7 +396,7 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
             command,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=server_env(venv, spec.kv_cache_gib),
+            env=server_env(venv, spec.kv_cache_gib, spec.reserved_cpus),
             start_new_session=True,  # its own process group: stop() ends the engine's workers too
         )
     state = ServerState(spec.name, process.pid, port, dtype, str(log_path), model, time.time(), spec.extra_args)

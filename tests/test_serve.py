@@ -1,0 +1,38 @@
+"""Unit tests of the vLLM server's launch settings (clag/llm/serve.py); no server is started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clag.config import compose_config
+from clag.llm import serve
+from clag.llm.serve import ServerSpec, default_reserved_cpus, server_env
+
+
+def test_small_machines_reserve_no_core_for_the_scheduler() -> None:
+    assert default_reserved_cpus(2) == 0
+    assert default_reserved_cpus(4) == 0
+    assert default_reserved_cpus(32) is None  # vLLM's own default
+
+
+def test_the_reserved_cores_reach_the_server_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    monkeypatch.setattr(serve, "has_gpu", lambda: False)
+    assert server_env(Path("/nonexistent"), 2, reserved_cpus=1)["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    monkeypatch.setattr(serve.os, "cpu_count", lambda: 64)
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in server_env(Path("/nonexistent"), 2)
+
+
+def test_a_user_set_reserved_core_count_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "3")
+    monkeypatch.setattr(serve, "has_gpu", lambda: False)
+    assert server_env(Path("/nonexistent"), 2, reserved_cpus=0)["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "3"
+
+
+def test_the_server_spec_reads_the_engine_config() -> None:
+    cfg = compose_config(["engine=vllm", "model.serve.reserved_cpus=1", "model.serve.kv_cache_gib=3"])
+    spec = ServerSpec.from_model_config(cfg.model)
+    assert (spec.reserved_cpus, spec.kv_cache_gib, spec.name) == (1, 3.0, cfg.model.name)
+    assert ServerSpec.from_model_config(compose_config(["engine=vllm"]).model).reserved_cpus is None
