@@ -9,6 +9,7 @@ import pytest
 from clag.config import compose_config
 from clag.llm import serve
 from clag.llm.serve import ServerSpec, default_reserved_cpus, server_env
+from clag.running.spec import RunSpec
 
 
 def test_small_machines_reserve_no_core_for_the_scheduler() -> None:
@@ -36,3 +37,11 @@ def test_the_server_spec_reads_the_engine_config() -> None:
     spec = ServerSpec.from_model_config(cfg.model)
     assert (spec.reserved_cpus, spec.kv_cache_gib, spec.name) == (1, 3.0, cfg.model.name)
     assert ServerSpec.from_model_config(compose_config(["engine=vllm"]).model).reserved_cpus is None
+
+
+def test_the_server_launch_settings_do_not_rename_the_run_folder() -> None:
+    overrides = ["engine=vllm", "method=rag", "dataset=bioasq"]
+    base = RunSpec.from_config(compose_config(overrides)).config_hash
+    relaunched = compose_config([*overrides, "model.serve.kv_cache_gib=9", "model.serve.reserved_cpus=1"])
+    assert RunSpec.from_config(relaunched).config_hash == base
+    assert RunSpec.from_config(compose_config([*overrides, "model.backend.dtype=float32"])).config_hash != base

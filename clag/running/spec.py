@@ -27,6 +27,9 @@ UNHASHED = (
     "runner.on_config_mismatch",
     "cache",
     "hydra",
+    "model.serve",  # how clag.llm.serve launches the server (KV-cache size, cores); the served
+    # identity (name, weights hash, dtype) is in model.backend, and a prompt the server cannot
+    # take fails loudly rather than changing an answer
 )
 
 
