@@ -13,6 +13,9 @@ TABLES_DIR ?= results/tables
 # The reference run's folder (committed: run folders, tables, call-cache shards) and extra overrides
 REFERENCE := results/reference
 REFERENCE_ARGS ?=
+# Its sweeps, in order (results do not depend on it): CLAG and its two closest baselines on both
+# datasets first, so the central claims are testable soonest; then the other runs; then the ablations
+REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
 # The tested package set, as pip constraints; LOCK= installs from pyproject's ranges alone (e.g. beside a
@@ -83,13 +86,14 @@ reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; res
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
 	$(PY) -m clag.llm.serve start experiment=reference
 	status=0; \
-	for e in reference reference_ablations; do \
-		$(PY) -m clag.run -m experiment=$$e $(REFERENCE_ARGS) || { status=$$?; break; }; \
+	for sweep in $(REFERENCE_SWEEPS); do \
+		$(PY) -m clag.run -m $$sweep $(REFERENCE_ARGS) || { status=$$?; break; }; \
 	done; \
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
 	$(PY) -m clag.llm.serve stop experiment=reference; \
 	exit $$status
 	$(PY) -m clag.tables --runs $(REFERENCE)/runs --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
+	$(PY) -m clag.tables.findings $(REFERENCE)/runs --out $(REFERENCE)/findings.md
 
 test: install vllm ## Run the whole test suite (real offline model and a real vLLM server included)
 	$(PY) -m pytest -q
