@@ -15,7 +15,6 @@ must answer without a single ingestion call.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from clag.run import run_with_overrides
 
 pytestmark = pytest.mark.model
 
-REPO = Path(__file__).resolve().parent.parent
 CLAG_ITEMS, AMEM_ITEMS, BUFFER = 7, 4, 4
 SHARED = ["dataset=locomo", "model=qwen2.5-0.5b", "limit.episodes=1", "runner.progress=false"]
 SMALL = ["method.system.k_local=1"]
@@ -36,9 +34,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("e2e_agentic")
-    os.environ.setdefault("CLAG_DATA_DIR", str(REPO.parent / "shared" / "data"))
     common = [*SHARED, f"cache.path={root / 'llm_cache.sqlite'}", f"paths.runs_dir={root}"]
     amem = run_with_overrides(
         [

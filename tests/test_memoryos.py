@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
 import pytest
 from scripted_llm import ScriptedBackend
@@ -22,7 +20,6 @@ from clag.embed import Embedder
 from clag.llm.client import LLMClient
 from clag.types import Item, Question
 
-REPO = Path(__file__).resolve().parents[1]
 DATE = "1:56 pm on 8 May, 2023"
 
 #: Topic per keyword found in a page: (theme, keywords, summary).
@@ -164,10 +161,9 @@ def test_queue_overflow_migrates_the_oldest_pages_with_three_calls_each(embedder
     assert memory.describe()["llm_requests"]["mid_term"] == {"continuity": 2, "meta": 3, "summary": 3}
 
 
-def test_every_item_of_a_real_locomo_slice_is_accounted_for(embedder, monkeypatch):
+def test_every_item_of_a_real_locomo_slice_is_accounted_for(embedder, data_dir):
     from clag.data import load_episodes
 
-    monkeypatch.setenv("CLAG_DATA_DIR", os.environ.get("CLAG_DATA_DIR") or str(REPO.parent / "shared" / "data"))
     episode = load_episodes("locomo", episodes=1, items=60)[0]
     memory, _ = make(embedder, short_term_capacity=3)
     memory.add_many(episode.items)
