@@ -50,6 +50,8 @@ def prepare_memory(
             chunk = items[offset : offset + INGEST_CHUNK]
             system.add_many(chunk)
             bar.update(len(chunk))
+            if not cfg.runner.progress:  # a background run's log says how far each episode got
+                log.info("episode %s: %d/%d items ingested", episode.id, offset + len(chunk), len(items))
     system.finish_ingestion()
     seconds = time.perf_counter() - start
     usage = UsageMeter.diff(llm.usage.snapshot(), before)
