@@ -19,7 +19,7 @@ from scripted_llm import ScriptedBackend
 
 from clag.llm.client import LLMClient
 from clag.tables import cases
-from clag.tables.collect import find_runs, load_cluster_snapshot, metric_value, select_run
+from clag.tables.collect import find_runs, load_cluster_snapshot, metric_value, provenance_notes, select_run
 from clag.tables.render import compare_frame, render_all
 from clag.tables.specs import compare_numbers, load_defaults, load_spec
 
@@ -89,6 +89,7 @@ def write_run(
     folder.mkdir(parents=True)
     config = {
         "exp": exp,
+        "scale_name": "demo",
         "seed": 0,
         "method": {"name": method, "system": {"_target_": f"x.{method}", **params}},
         "dataset": {"name": dataset},
@@ -122,6 +123,9 @@ def write_run(
             "episodes": 1,
             "questions": len(rows),
             "items": 150,
+            "engine": "transformers",
+            "dtype": "int8",
+            "hardware": {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "fma"], "gpu": []},
         },
     }
     (folder / "metrics.json").write_text(json.dumps(metrics))
@@ -176,7 +180,7 @@ def test_every_table_is_written_in_three_formats(rendered: Path) -> None:
         for suffix in ("md", "tex", "csv"):
             assert (rendered / f"table{number:02d}.{suffix}").is_file(), f"table{number:02d}.{suffix}"
     index = (rendered / "README.md").read_text()
-    assert "| 1 | Overall results on LoCoMo, HotpotQA and BioASQ | 20/56 cells | demo scale |" in index
+    assert "| 1 | Overall results on LoCoMo, HotpotQA and BioASQ | 20/56 cells | demo |" in index
     assert {p.name for p in rendered.glob("fig_*.png")} >= {"fig_answer_quality.png", "fig_clusters_vs_tau.png"}
 
 
@@ -195,10 +199,11 @@ def test_cell_shows_paper_ours_diff_and_interval(rendered: Path) -> None:
     assert row["our_model"] == "qwen2.5-0.5b" and bool(row["sliced"])
 
 
-def test_caption_names_model_slice_and_demo_scale(rendered: Path) -> None:
+def test_caption_names_model_slice_machine_and_scale(rendered: Path) -> None:
     md = (rendered / "table01.md").read_text()
     assert "qwen2.5-0.5b (offline stand-in for the paper's Qwen3-0.6B)" in md
     assert "locomo: 1 episodes / 3 questions / 150 items (limit episodes=1, items=150, questions=3)" in md
+    assert "Computed with transformers int8 on AMD EPYC (avx2)." in md
     assert "DEMO SCALE" in md
     tex = (rendered / "table01.tex").read_text()
     assert r"\caption{" in tex and r"$\Delta$" in tex and "25.00 [15.00, 35.00]" in tex
@@ -320,3 +325,17 @@ def test_unavailable_judge_leaves_failures_unclassified(runs_dir: Path) -> None:
     assert tables[0].ours.set_index("Pattern")["Count"][cases.UNCLASSIFIED] == 2
     assert judge.unavailable and "no judge" in tables[0].caption
     assert cases.judge_from_settings(load_defaults(), "none") is None
+
+
+def test_a_reference_scale_run_is_named_so_and_a_full_one_carries_no_scale_warning(tmp_path: Path) -> None:
+    sliced = write_run(tmp_path, "rag", "locomo", 0.3, [_row("q1", 0.3, "x")])
+    config = yaml.safe_load((sliced / "config.yaml").read_text())
+    (sliced / "config.yaml").write_text(yaml.safe_dump({**config, "scale_name": "reference"}))
+    full = write_run(tmp_path, "amem", "locomo", 0.3, [_row("q1", 0.3, "x")])
+    metrics = json.loads((full / "metrics.json").read_text())
+    metrics["run"]["slice"] = {"episodes": None}
+    (full / "metrics.json").write_text(json.dumps(metrics))
+    by_method = {run.method: run for run in find_runs(tmp_path)}
+    assert (by_method["rag"].scale, by_method["amem"].scale) == ("reference", "full")
+    assert provenance_notes([by_method["rag"]])[1].startswith("REFERENCE SCALE: ")
+    assert provenance_notes([by_method["amem"]]) == ["Computed with transformers int8 on AMD EPYC (avx2)."]

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from clag.llm.client import LLMClient
-from clag.tables.collect import RunRecord, select_run
+from clag.tables.collect import RunRecord, provenance_notes, select_run
 from clag.tables.paper import load_paper_table
 from clag.tables.specs import METHOD_ROWS, Defaults
 
@@ -54,7 +54,7 @@ class CaseTable:
 
     Attributes:
         summary: What our runs supplied, for the index (``5 methods``); "" when nothing.
-        sliced: Whether the runs behind it used a data slice.
+        scale: The scale of the runs behind it (``reference``, ``demo``, ``full``; "" without runs).
     """
 
     number: int
@@ -62,7 +62,7 @@ class CaseTable:
     ours: pd.DataFrame
     paper: pd.DataFrame
     caption: str
-    sliced: bool
+    scale: str
     summary: str = ""
 
 
@@ -177,10 +177,7 @@ def _case_runs(runs: list[RunRecord], defaults: Defaults) -> tuple[str, dict[str
 def _setting(runs: dict[str, RunRecord]) -> str:
     models = sorted({run.model for run in runs.values()})
     slices = sorted({run.slice_text() for run in runs.values()})
-    text = f"Ours: {', '.join(models)}; data: {'; '.join(slices)}."
-    if any(run.is_sliced for run in runs.values()):
-        text += " DEMO SCALE: a slice of the data, not the paper's setting."
-    return text
+    return " ".join([f"Ours: {', '.join(models)}; data: {'; '.join(slices)}.", *provenance_notes(runs.values())])
 
 
 def _pick_case(runs: dict[str, RunRecord], threshold: float) -> tuple[str | None, bool]:
@@ -213,7 +210,7 @@ def table11(runs: dict[str, RunRecord], qid: str | None, full: bool, threshold: 
     if qid is None:
         ours = pd.DataFrame([["—"] * 4], columns=columns)
         text = "Table 11 (ours): no finished plain-CLAG run yet, so no case question."
-        return CaseTable(11, "Case study: predictions of every method", ours, paper, text, sliced=False)
+        return CaseTable(11, "Case study: predictions of every method", ours, paper, text, scale="")
     records = []
     for method, run in runs.items():
         row = _by_id(run).get(qid)
@@ -239,7 +236,7 @@ def table11(runs: dict[str, RunRecord], qid: str | None, full: bool, threshold: 
         pd.DataFrame(records, columns=columns),
         paper,
         text,
-        runs["clag"].is_sliced,
+        runs["clag"].scale,
         f"{len(records)} methods",
     )
 
@@ -279,7 +276,7 @@ def table12(clag: RunRecord, qid: str | None) -> CaseTable:
         f"saw, their sizes, and whether two-stage retrieval selected or pruned them.{pruning} "
         f"{_setting({'clag': clag})}"
     )
-    return CaseTable(12, title, ours, paper, text, clag.is_sliced, f"{len(clusters)} clusters")
+    return CaseTable(12, title, ours, paper, text, clag.scale, f"{len(clusters)} clusters")
 
 
 def _failures(runs: dict[str, RunRecord], threshold: float) -> list[Failure]:
@@ -419,14 +416,14 @@ def tables13_14(runs: dict[str, RunRecord], judge: Judge | None, threshold: floa
         "classified; its classification may have been manual, so the shares are not directly comparable."
     )
     setting = _setting(runs) if clag else "Ours: no finished plain-CLAG run yet."
-    sliced = bool(clag and clag.is_sliced)
+    scale = clag.scale if clag else ""
     summary = f"{total} failures, {total - counts[UNCLASSIFIED]} classified" if clag else ""
     return [
         CaseTable(
-            13, "Failure taxonomy of CLAG", ours13, paper13, f"Table 13 (ours): {scope} {setting}", sliced, summary
+            13, "Failure taxonomy of CLAG", ours13, paper13, f"Table 13 (ours): {scope} {setting}", scale, summary
         ),
         CaseTable(
-            14, "Failure distribution of CLAG", ours14, paper14, f"Table 14 (ours): {scope} {setting}", sliced, summary
+            14, "Failure distribution of CLAG", ours14, paper14, f"Table 14 (ours): {scope} {setting}", scale, summary
         ),
     ]
 

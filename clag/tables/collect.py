@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,14 @@ class RunRecord:
     def is_sliced(self) -> bool:
         """True when any ``limit.*`` cut the data: such numbers are not the paper's setting."""
         return any(value is not None for value in (self.info.get("slice") or {}).values())
+
+    @property
+    def scale(self) -> str:
+        """``full``, or for a sliced run its ``scale_name`` (``demo``, ``reference``), else ``sliced``."""
+        if not self.is_sliced:
+            return "full"
+        name = self.config.get("scale_name")
+        return str(name) if name and name != "full" else "sliced"
 
     def slice_text(self) -> str:
         """E.g. ``locomo: 1 episodes / 20 questions / 150 items (limit episodes=1, questions=20)``."""
@@ -403,3 +412,20 @@ def _membership(value: Any) -> dict[str, str]:
         if isinstance(members, list) and cluster_id is not None:
             out.update({str(note): str(cluster_id) for note in members})
     return out
+
+
+def provenance_notes(runs: Iterable[RunRecord]) -> list[str]:
+    """Caption sentences naming where the runs were computed and, for sliced runs, their scale.
+
+    Predictions move with the CPU's kernels, the engine and the dtype, and a
+    slice is not the paper's setting, so every table built from runs says both.
+    """
+    runs = list(runs)
+    notes = ["Computed with " + "; ".join(sorted({run.computed_on for run in runs})) + "."] if runs else []
+    sliced = sorted({run.scale for run in runs if run.is_sliced})
+    if sliced:
+        notes.append(
+            f"{' / '.join(scale.upper() for scale in sliced)} SCALE: our runs use a slice of the data (limit.*), "
+            "not the paper's setting; differences from the paper are not evidence about the methods."
+        )
+    return notes
