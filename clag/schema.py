@@ -165,6 +165,7 @@ class RunInfo(TypedDict):
     versions: dict[str, str]
     python: str
     hardware: Hardware
+    server: NotRequired[dict[str, str]]  # a served engine's own report (its version); absent in-process
     wall_s: float
     peak_rss_mb: float
 

@@ -40,6 +40,12 @@ class ScriptedServer:
             def log_message(self, *args) -> None:  # keep pytest output clean
                 pass
 
+            def do_GET(self) -> None:
+                if self.path == "/version":
+                    self._send(200, {"version": "9.9.9-scripted"})
+                else:
+                    self._send(404, {"error": "not found"})
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
@@ -281,3 +287,10 @@ def test_authors_preset_follows_the_authors_temperatures() -> None:
     assert cfg.model.stage_settings.route.temperature == 0.2
     assert cfg.model.stage_settings.profile.temperature == 0.3
     assert cfg.answer.adversarial_temperature == 0.5
+
+
+def test_the_server_reports_its_version_once_the_run_reached_it(server: ScriptedServer) -> None:
+    served = backend(server.url)
+    assert served.server_info() == {}  # nothing contacted yet (a fully cached rerun needs no server)
+    served.generate(["hello"], GenerationConfig(max_new_tokens=4))
+    assert served.server_info() == {"version": "9.9.9-scripted"}

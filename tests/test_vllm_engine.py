@@ -74,8 +74,10 @@ def test_every_method_runs_a_slice_through_the_server(first_sweep: dict[str, Any
         assert len(rows) == 1 and all(isinstance(text, str) for text in rows.values()), method
     assert first_sweep["requests"] >= 2 * len(METHODS)  # every method reached the server, ingesting and answering
     [run] = (first_sweep["root"] / "runs").glob("*/locomo/amem/qwen2.5-0.5b/*/metrics.json")
-    identity = json.loads(run.read_text())["run"]["model_identity"]
+    info = json.loads(run.read_text())["run"]
+    identity = info["model_identity"]
     assert identity["backend"] == "openai-compatible" and identity["dtype"] in ("bfloat16", "float32")
+    assert info["server"]["version"][0].isdigit()  # the served vLLM's own version, not the client's "absent"
     assert len(identity["weights"]["weights_sha256"]) == 64  # the GGUF's hash keys the cache, not the name alone
 
 

@@ -146,6 +146,23 @@ class OpenAICompatibleBackend:
             }
         return dict(self._identity)
 
+    def server_info(self) -> dict[str, str]:
+        """The engine version the server reports (vLLM's and SGLang's ``GET /version``), for provenance.
+
+        The client's environment does not hold the served engine (vLLM lives in its own venv),
+        so only the server can say which version answered. Empty when this run never reached a
+        server (a fully cached rerun) or the server has no such endpoint.
+        """
+        if self._url is None:
+            return {}
+        try:
+            with urllib.request.urlopen(f"{self._url.split('/v1/')[0]}/version", timeout=5) as response:
+                reported = json.load(response)
+        except (OSError, ValueError):
+            return {}
+        version = reported.get("version") if isinstance(reported, dict) else None
+        return {"version": str(version)} if version else {}
+
     def generate(self, prompts: Sequence[str], config: GenerationConfig) -> list[Completion]:
         """One completion per prompt, in order, ``max_concurrency`` requests at a time."""
         if not prompts:

@@ -4,8 +4,10 @@ The same config gives different predictions on an AVX2 and an AVX-512 CPU
 (int8 and bf16 kernels differ), on a GPU, or under another engine or dtype,
 so ``metrics.json`` ``run`` records the CPU model and the instruction-set
 flags that select those kernels, the GPUs torch sees, the engine and dtype,
-and the version of every package that changes results
-(:data:`clag.versions.RESULT_PACKAGES`).
+the version of every package that changes results
+(:data:`clag.versions.RESULT_PACKAGES`), and for a served engine the version
+the server reports (``server``: vLLM lives in its own environment, so the
+client's ``versions`` say ``absent`` for it).
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def provenance(spec: RunSpec, backend: LLMBackend, episodes: list[Episode], wall
     cfg = spec.cfg
     identity = backend.identity()
     dtype = identity.get("dtype") or OmegaConf.select(cfg, "model.backend.dtype", default=None)
-    return RunInfo(
+    server_info = getattr(backend, "server_info", None)
+    server = server_info() if callable(server_info) else {}
+    info = RunInfo(
         config_hash=spec.config_hash,
         exp=cfg.exp,
         method=cfg.method.name,
@@ -67,3 +71,6 @@ def provenance(spec: RunSpec, backend: LLMBackend, episodes: list[Episode], wall
         wall_s=wall_s,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
+    if server:
+        info["server"] = server
+    return info
