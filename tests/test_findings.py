@@ -52,4 +52,4 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     assert "agentic_pick 48, new_cluster_below_tau 2" in table and "1/50" in table
     assert "12/12" in table and "30 / 150" in table and "route 2/50" in table
     text = render(tmp_path)
-    assert "AMD EPYC" in text and "qwen2.5-0.5b (vllm, bfloat16)" in text
+    assert "models: qwen2.5-0.5b; computed with vllm bfloat16 on AMD EPYC" in text

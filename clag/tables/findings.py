@@ -187,12 +187,6 @@ def telemetry_table(runs: list[RunRecord]) -> str:
     return "\n".join(lines)
 
 
-def machine(run: RunRecord) -> str:
-    """Where a run was computed: its GPUs, else its CPU model (from the run's provenance)."""
-    hardware = run.info.get("hardware") or {}
-    return ", ".join(hardware.get("gpu") or []) or str(hardware.get("cpu_model") or "")
-
-
 def _variant(run: RunRecord) -> str:
     p = run.params
     return f"{p.get('routing')}, {p.get('evolution_scope')} evolution, {p.get('retrieval')} retrieval"
@@ -201,12 +195,12 @@ def _variant(run: RunRecord) -> str:
 def render(runs_dir: Path) -> str:
     runs = find_runs(runs_dir)
     findings = evaluate(runs, default_claims(load_defaults().clag_default))
-    where = sorted({machine(r) for r in runs} - {""})
-    models = sorted({f"{r.model} ({r.info.get('engine', '?')}, {r.info.get('dtype', '?')})" for r in runs})
+    models = sorted({r.model for r in runs})
+    where = sorted({r.computed_on for r in runs})
     return "\n\n".join(
         [
             "# Findings of the runs under " + str(runs_dir),
-            f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed on: {'; '.join(where) or '—'}.",
+            f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed with {'; '.join(where) or '—'}.",
             "## Claims: A - B over the same questions (percentage points; paired bootstrap, 10,000 resamples)",
             "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0.",
             claims_table(findings) if findings else "(no pair of runs to compare yet)",
