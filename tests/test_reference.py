@@ -57,3 +57,20 @@ def test_committed_reference_cache_is_small_and_readable() -> None:
     for path in shards:
         for key, completion in read_shard(path):
             assert len(key) == 64 and completion.completion_tokens >= 0
+
+
+def test_every_committed_reference_run_folder_is_the_one_its_config_names_today() -> None:
+    """A change to the run hash (a new config key, say) would orphan the committed runs: a fresh
+    clone's ``make reference`` would start them over. Such a change must rename them or leave
+    the key out of the hash (clag/running/spec.py, UNHASHED)."""
+    from clag.running.spec import RunSpec
+
+    runs = ROOT / "results" / "reference" / "runs"
+    for marker in sorted(runs.glob("reference*/*/*/*/*/run.json")):
+        committed = OmegaConf.load(marker.parent / "config.yaml")
+        overrides = [f"experiment={committed.exp}", f"method={committed.method.name}",
+                     f"dataset={committed.dataset.name}"]
+        variant = committed.get("variant_name")
+        overrides += [f"+variant={variant}"] if variant else []
+        expected = RunSpec.from_config(compose_config(overrides)).run_dir
+        assert (ROOT / expected).resolve() == marker.parent.resolve(), f"{marker.parent} is now {expected}"
