@@ -354,8 +354,8 @@ def server_env(venv: Path, kv_cache_gib: float, reserved_cpus: int | None = None
     env.update(VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     if not has_gpu():
         reserved = default_reserved_cpus() if reserved_cpus is None else reserved_cpus
-        if reserved is not None and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
-            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved)
+        if reserved is not None:
+            env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(reserved))  # the user's own setting wins
         preload = [
             path for path in (tcmalloc_path(), str(venv / "lib" / "libiomp5.so")) if path and Path(path).exists()
         ]
