@@ -414,6 +414,11 @@ def _membership(value: Any) -> dict[str, str]:
     return out
 
 
+def machines(runs: Iterable[RunRecord]) -> str:
+    """Where the runs were computed (each distinct :attr:`RunRecord.computed_on`), "; "-joined; "" for none."""
+    return "; ".join(sorted({run.computed_on for run in runs}))
+
+
 def provenance_notes(runs: Iterable[RunRecord]) -> list[str]:
     """Caption sentences naming where the runs were computed and, for sliced runs, their scale.
 
@@ -421,7 +426,7 @@ def provenance_notes(runs: Iterable[RunRecord]) -> list[str]:
     slice is not the paper's setting, so every table built from runs says both.
     """
     runs = list(runs)
-    notes = ["Computed with " + "; ".join(sorted({run.computed_on for run in runs})) + "."] if runs else []
+    notes = [f"Computed with {machines(runs)}."] if runs else []
     sliced = sorted({run.scale for run in runs if run.is_sliced})
     if sliced:
         notes.append(

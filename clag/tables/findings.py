@@ -34,7 +34,7 @@ import numpy as np
 
 from clag.compare import paired_difference
 from clag.metrics.aggregate import format_estimate
-from clag.tables.collect import RunRecord, find_runs, matches, select_run
+from clag.tables.collect import RunRecord, find_runs, machines, matches, select_run
 from clag.tables.specs import load_defaults
 
 log = logging.getLogger(__name__)
@@ -196,11 +196,10 @@ def render(runs_dir: Path) -> str:
     runs = find_runs(runs_dir)
     findings = evaluate(runs, default_claims(load_defaults().clag_default))
     models = sorted({r.model for r in runs})
-    where = sorted({r.computed_on for r in runs})
     return "\n\n".join(
         [
             "# Findings of the runs under " + str(runs_dir),
-            f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed with {'; '.join(where) or '—'}.",
+            f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed with {machines(runs) or '—'}.",
             "## Claims: A - B over the same questions (percentage points; paired bootstrap, 10,000 resamples)",
             "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0.",
             claims_table(findings) if findings else "(no pair of runs to compare yet)",
