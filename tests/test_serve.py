@@ -8,7 +8,7 @@ import pytest
 
 from clag.config import compose_config
 from clag.llm import serve
-from clag.llm.serve import ServerSpec, default_reserved_cpus, server_env
+from clag.llm.serve import ServerSpec, default_reserved_cpus, scheduler_args, server_env
 from clag.running.spec import RunSpec
 
 
@@ -32,11 +32,23 @@ def test_a_user_set_reserved_core_count_wins(monkeypatch: pytest.MonkeyPatch) ->
     assert server_env(Path("/nonexistent"), 2, reserved_cpus=0)["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "3"
 
 
+def test_chunked_prefill_is_off_on_a_cpu_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serve, "has_gpu", lambda: False)
+    assert scheduler_args(None, 32768) == ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "32768"]
+    assert scheduler_args(True, 32768) == []
+    monkeypatch.setattr(serve, "has_gpu", lambda: True)
+    assert scheduler_args(None, 8192) == []  # vLLM's own default on a GPU
+    assert scheduler_args(False, 8192)[-1] == "8192"  # the step budget holds the longest prompt
+
+
 def test_the_server_spec_reads_the_engine_config() -> None:
     cfg = compose_config(["engine=vllm", "model.serve.reserved_cpus=1", "model.serve.kv_cache_gib=3"])
     spec = ServerSpec.from_model_config(cfg.model)
     assert (spec.reserved_cpus, spec.kv_cache_gib, spec.name) == (1, 3.0, cfg.model.name)
-    assert ServerSpec.from_model_config(compose_config(["engine=vllm"]).model).reserved_cpus is None
+    default = ServerSpec.from_model_config(compose_config(["engine=vllm"]).model)
+    assert (default.reserved_cpus, default.chunked_prefill) == (None, None)
+    chunked = compose_config(["engine=vllm", "model.serve.chunked_prefill=true"]).model
+    assert ServerSpec.from_model_config(chunked).chunked_prefill is True
 
 
 def test_the_server_launch_settings_do_not_rename_the_run_folder() -> None:

