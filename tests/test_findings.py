@@ -21,7 +21,8 @@ def _run(root: Path, name: str, method: str, params: dict, f1: list[float], tele
               "model": {"name": "qwen2.5-0.5b"}}
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     rows = [
-        {"question_id": f"q{i}", "category": 4, "f1": value, "bleu1": value / 2, "telemetry": (telemetry or [{}])[0]}
+        {"question_id": f"q{i}", "category": 4 if i < 8 else 5, "f1": value, "bleu1": value / 2,
+         "telemetry": (telemetry or [{}])[0]}
         for i, value in enumerate(f1)
     ]
     (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -42,7 +43,10 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     _run(tmp_path, "amem", "amem", {}, [v + (0.05 if i % 2 else -0.05) for i, v in enumerate(clag_f1)])
     runs = find_runs(tmp_path)
     findings = {f.claim.label: f for f in evaluate(runs, default_claims(CLAG_DEFAULT), samples=2000)}
-    assert set(findings) == {"CLAG vs rag on locomo", "CLAG vs amem on locomo"}  # only pairs that exist
+    pairs = {"CLAG vs rag on locomo", "CLAG vs amem on locomo"}
+    assert set(findings) == pairs | {f"{pair}, categories 1-4" for pair in pairs}  # only pairs that exist
+    assert findings["CLAG vs rag on locomo"].per_metric["f1"]["n"] == 12
+    assert findings["CLAG vs rag on locomo, categories 1-4"].per_metric["f1"]["n"] == 8  # category 5 left out
     assert verdict(findings["CLAG vs rag on locomo"].per_metric["f1"]) == "ahead"
     assert verdict(findings["CLAG vs amem on locomo"].per_metric["f1"]) == "no difference shown"
     assert findings["CLAG vs rag on locomo"].per_metric["j_lenient"] is None  # no judge ran: no value, no verdict
