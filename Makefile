@@ -47,7 +47,7 @@ DEMO_ENGINE ?= vllm
 DEMO_JOBS ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference demo test test-fast lint run tables bench reproduce notebook clean
+.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference reference-status demo test test-fast lint run tables bench reproduce notebook clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9._-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -94,6 +94,11 @@ reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; res
 	exit $$status
 	$(PY) -m clag.tables --runs $(REFERENCE)/runs --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
 	$(PY) -m clag.tables.findings $(REFERENCE)/runs --out $(REFERENCE)/findings.md
+
+reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)
+	@for grid in experiment=reference experiment=reference_ablations; do \
+		$(PY) -m clag.running.status $$grid $(REFERENCE_ARGS) && echo || exit 1; \
+	done
 
 test: install vllm ## Run the whole test suite (real offline model and a real vLLM server included)
 	$(PY) -m pytest -q

@@ -10,6 +10,7 @@ Modules, each named for what it holds (imports point down)::
     provenance  what a run was computed with: code, packages, CPU flags / GPU, engine, dtype
     folder      the run folder: whose config it holds, the JSONL logs and their one reading policy
     spec        the run spec, the config hash and config diffs
+    status      how far a sweep is: each run of its grid finished, half way or not started (read-only)
 
 Nothing is imported here, so readers of run folders (tables, the notebook)
 can use :mod:`clag.running.folder` without loading the runner's dependencies.

@@ -1,0 +1,133 @@
+"""How far a sweep has come: every run of its grid, finished or how far it got, read-only.
+
+A long resumable sweep (the reference run takes many sessions of a 2-core CPU)
+needs one answer before each resume: which runs are finished, which are half
+way, which have not started. This composes each run of the grid exactly as
+``python -m clag.run -m`` would (the command line's overrides over the
+experiment's ``hydra.sweeper.params``, expanded by Hydra's own parser), finds
+the folder its config names, and counts the episodes ingested and questions
+answered under that config's hash against what the slice holds. It never
+writes: a run may be appending to the same files.
+
+    python -m clag.running.status experiment=reference
+    python -m clag.running.status experiment=reference_ablations
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from clag.config import compose_config
+from clag.data import load_episodes
+from clag.running.folder import RunFolder, read_jsonl
+from clag.running.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """One run of the grid and how far its folder is."""
+
+    label: str
+    folder: Path
+    claimed: bool
+    finished: bool
+    episodes_done: int
+    episodes: int
+    answered: int
+    questions: int
+
+    @property
+    def state(self) -> str:
+        if self.finished:
+            return "finished"
+        return "started" if self.claimed else "not started"
+
+
+def grid(overrides: Sequence[str]) -> list[list[str]]:
+    """Each run's overrides: the sweeper's params, overridden key by key by the command line, crossed."""
+    parser = OverridesParser.create()
+    given = parser.parse_overrides(list(overrides))
+    fixed = [o.input_line for o in given if not o.is_sweep_override() and o.input_line]
+    params = compose_config(fixed, return_hydra_config=True).hydra.sweeper.params or {}
+    swept = parser.parse_overrides([f"{key}={value}" for key, value in params.items()])
+    by_key = {parsed.get_key_element(): parsed for parsed in [*swept, *given]}
+    choices = [
+        [f"{key}={value}" for value in parsed.sweep_string_iterator()]
+        if parsed.is_sweep_override()
+        else [f"{key}={parsed.get_value_element_as_str()}"]
+        for key, parsed in by_key.items()
+    ]
+    return [list(run) for run in itertools.product(*choices)]
+
+
+@cache
+def _slice_size(dataset: str, data_dir: str, variant: str | None, limit: str) -> tuple[int, int]:
+    """(episodes, questions) of a slice; ``limit`` is the limit node as YAML (hashable)."""
+    loaded = load_episodes(dataset, data_dir, variant=variant, **OmegaConf.to_container(OmegaConf.create(limit)))
+    return len(loaded), sum(len(episode.questions) for episode in loaded)
+
+
+def run_status(overrides: Sequence[str]) -> RunStatus:
+    """How far the folder of the run ``overrides`` compose to has come."""
+    spec = RunSpec.from_config(compose_config(overrides))
+    cfg, folder = spec.cfg, RunFolder(spec.run_dir)
+    episodes, questions = _slice_size(
+        cfg.dataset.name,
+        str(cfg.paths.data_dir),
+        cfg.dataset.get("variant"),
+        OmegaConf.to_yaml(cfg.limit, resolve=True),
+    )
+
+    def keys(path: Path, key: str) -> int:
+        """Distinct keys of this config's rows (a replayed episode writes its row again)."""
+        return len(
+            {row.get(key) for row in read_jsonl(path) if row.get("config_hash", spec.config_hash) == spec.config_hash}
+        )
+
+    variant = cfg.get("variant_name")
+    label = f"{cfg.method.name} / {cfg.dataset.name}" + (f" / {variant}" if variant else "")
+    return RunStatus(
+        label,
+        spec.run_dir,
+        folder.marker.is_file(),
+        folder.is_finished(spec.config_hash),
+        keys(folder.episodes, "episode_id"),
+        episodes,
+        keys(folder.predictions, "question_id"),
+        questions,
+    )
+
+
+def report(statuses: Sequence[RunStatus]) -> str:
+    """A Markdown table, one row per run, and a total line."""
+    lines = ["| run | state | episodes ingested | questions answered | folder |", "|---|---|---|---|---|"]
+    for s in statuses:
+        lines.append(
+            f"| {s.label} | {s.state} | {s.episodes_done}/{s.episodes} | {s.answered}/{s.questions} | {s.folder} |"
+        )
+    finished = sum(s.finished for s in statuses)
+    answered = sum(s.answered for s in statuses)
+    total = sum(s.questions for s in statuses)
+    lines.append(f"\n{finished} of {len(statuses)} runs finished; {answered} of {total} questions answered.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clag.running.status", description=__doc__.splitlines()[0])
+    parser.add_argument("overrides", nargs="+", help="the sweep's overrides, as given to python -m clag.run -m")
+    args = parser.parse_args(argv)
+    print(report([run_status(run) for run in grid(args.overrides)]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

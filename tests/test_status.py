@@ -1,0 +1,38 @@
+"""The sweep status report: the grid Hydra would run, and read-only counts under each run's own hash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clag.config import compose_config
+from clag.running.spec import RunSpec
+from clag.running.status import grid, report, run_status
+
+
+def test_the_grid_is_the_sweepers_params_overridden_by_the_command_line() -> None:
+    runs = grid(["experiment=reference", "method=rag,clag"])
+    assert len(runs) == 2 * 2  # the command line's two methods x the experiment's two datasets
+    assert {r for run in runs for r in run if r.startswith("method=")} == {"method=rag", "method=clag"}
+    ablations = grid(["experiment=reference_ablations"])
+    assert sorted(r for run in ablations for r in run if r.startswith("+variant=")) == [
+        "+variant=global_evolution", "+variant=global_retrieval", "+variant=routing_cosine", "+variant=routing_kmeans"
+    ]  # fmt: skip
+
+
+def test_a_run_counts_only_its_own_rows_and_each_key_once(data_dir: Path, tmp_path: Path) -> None:
+    overrides = ["experiment=reference", "method=rag", "dataset=bioasq", f"paths.runs_dir={tmp_path}"]
+    fresh = run_status(overrides)
+    assert (fresh.state, fresh.episodes, fresh.questions) == ("not started", 3, 60)  # the reference BioASQ slice
+
+    folder = fresh.folder
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text("{}")
+    own = {"config_hash": RunSpec.from_config(compose_config(overrides)).config_hash}
+    rows = [{**own, "question_id": "q1"}, {**own, "question_id": "q1"}, {"config_hash": "other", "question_id": "q2"}]
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"cut off')
+    (folder / "episodes.jsonl").write_text(json.dumps({**own, "episode_id": "chunk_6"}) + "\n")
+    status = run_status(overrides)
+    assert (status.state, status.answered, status.episodes_done, status.finished) == ("started", 1, 1, False)
+    assert (folder / "predictions.jsonl").read_text().endswith('{"cut off')  # read-only: a live run's last line stays
+    assert "0 of 1 runs finished; 1 of 60 questions answered." in report([status])
