@@ -58,6 +58,7 @@ def test_cold_start_at_buffer_size_then_three_calls_per_item(embedder):
     state = memory.describe()
     assert state["events"][0] == {"event": "cold_start", "at_item": 6, "clusters": 3}
     assert state["clusters"] == 3 and sum(state["cluster_sizes"].values()) == 9
+    assert sorted(s for members in state["cluster_members"].values() for s in members) == sorted(i.id for i in items)
     assert {p["source"] for p in state["profiles"].values()} == {"llm"}
     assert state["routing"] == {"agentic_pick": 3}
     # K-Means separates the three topics: every cluster holds one topic.

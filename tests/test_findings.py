@@ -22,7 +22,8 @@ def _run(root: Path, name: str, method: str, params: dict, f1: list[float], tele
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     rows = [
         {"question_id": f"q{i}", "category": 4 if i < 8 else 5, "f1": value, "bleu1": value / 2,
-         "telemetry": (telemetry or [{}])[0]}
+         "telemetry": (telemetry or [{}])[0], "evidence_ids": ["D9:9"] if i % 3 == 0 else ["D1:1"],
+         "r10": 0.0 if i % 3 == 0 else 1.0, "episode_id": "conv-26"}
         for i, value in enumerate(f1)
     ]
     (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -37,7 +38,8 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     clag_f1 = [0.6, 0.7, 0.5, 0.8, 0.6, 0.7, 0.9, 0.6, 0.7, 0.8, 0.6, 0.7]
     _run(tmp_path, "clag", "clag", CLAG_DEFAULT, clag_f1,
          telemetry=[{"selected": ["c1"], "mode": "cluster", "search_space": 30, "total_notes": 150}],
-         structure={"conv-26": {"clusters": 4, "cluster_sizes": {"c1": 30, "c2": 70}, "routing": {"agentic_pick": 48,
+         structure={"conv-26": {"clusters": 4, "cluster_sizes": {"c1": 30, "c2": 70},
+                                "cluster_members": {"c1": ["D1:1"], "c2": ["D9:9"]}, "routing": {"agentic_pick": 48,
                                 "new_cluster_below_tau": 2}, "route_fallbacks_total": 1}})
     _run(tmp_path, "rag", "rag", {}, [v - 0.3 for v in clag_f1])  # CLAG ahead on every question
     _run(tmp_path, "amem", "amem", {}, [v + (0.05 if i % 2 else -0.05) for i, v in enumerate(clag_f1)])
@@ -55,5 +57,6 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     assert "4.0 (4-4)" in table and "50.0 (max 70)" in table
     assert "agentic_pick 48, new_cluster_below_tau 2" in table and "1/50" in table
     assert "12/12" in table and "30 / 150" in table and "route 2/50" in table
+    assert "| 8/0/4 of 12 |" in table and "| 100.0/—/0.0 |" in table  # evidence pruned away on 4: R@10 0 there
     text = render(tmp_path)
     assert "models: qwen2.5-0.5b; computed with vllm bfloat16 on AMD EPYC" in text

@@ -315,6 +315,10 @@ class ClusterSet:
         return {
             "clusters": len(self.clusters),
             "cluster_sizes": {cid: len(c.members) for cid, c in self.clusters.items()},
+            # by source item, so the findings can tell whether a question's evidence lay in the clusters picked
+            "cluster_members": {
+                cid: [self.core.notes[i].source_id for i in c.members] for cid, c in self.clusters.items()
+            },
             "profiles": {
                 cid: {"summary": c.summary, "tags": c.tags, "source": c.profile_source}
                 for cid, c in self.clusters.items()

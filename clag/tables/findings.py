@@ -170,7 +170,33 @@ def clag_telemetry(run: RunRecord) -> dict[str, Any]:
         "questions searched in clusters": f"{sum(t.get('mode') == 'cluster' for t in telemetry)}/{len(telemetry)}",
         "pick fallbacks": f"{sum(bool(t.get('pick_fallback')) for t in picked)}/{len(picked)}",
         "mean search space / notes": _ratio(telemetry),
+        **_evidence_reach(rows, structure),
         "JSON failures (failed/JSON calls)": ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "—",
+    }
+
+
+def _evidence_reach(rows: list[dict[str, Any]], structure: dict[str, Any]) -> dict[str, str]:
+    """Whether the picked clusters held each question's evidence (all / part / none of it), and the
+    evidence recall (R@10) in each case: where the picker prunes the evidence away, no ranking can
+    find it. Over questions with evidence whose search was narrowed to clusters, in episodes whose
+    structure lists the members (runs before it did show "—")."""
+    groups: dict[str, list[float]] = {"all": [], "part": [], "none": []}
+    for row in rows:
+        members = (structure.get(str(row.get("episode_id"))) or {}).get("cluster_members")
+        telemetry = row.get("telemetry") or {}
+        evidence = set(row.get("evidence_ids") or [])
+        if not members or not evidence or telemetry.get("mode") != "cluster":
+            continue
+        searched = {source for cid in telemetry.get("selected") or [] for source in members.get(cid, [])}
+        inside = len(evidence & searched)
+        groups["all" if inside == len(evidence) else "part" if inside else "none"].append(float(row.get("r10") or 0))
+    counted = sum(len(v) for v in groups.values())
+    if not counted:
+        return {"evidence in the picked clusters (all/part/none)": "—", "R@10 (all/part/none)": "—"}
+    return {
+        "evidence in the picked clusters (all/part/none)": "/".join(str(len(v)) for v in groups.values())
+        + f" of {counted}",
+        "R@10 (all/part/none)": "/".join(f"{100 * np.mean(v):.1f}" if v else "—" for v in groups.values()),
     }
 
 
