@@ -384,3 +384,6 @@ def test_retrieval_only_variants_share_the_ingested_snapshot():
     assert key("method.system.merge=per_cluster", "method.system.retrieve_k=5") == base
     assert key("method.system.tau=0.2") != base
     assert key("method.system.evolution_scope=global") != base
+    served = key("engine=vllm")
+    assert key("engine=vllm", "model.serve.chunked_prefill=true", "model.serve.kv_cache_gib=9") == served  # launch only
+    assert key("engine=vllm", "model.backend.dtype=float32") != served

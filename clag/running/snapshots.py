@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from clag.memory.base import MemorySystem
 from clag.running.folder import RunFolderError
+from clag.running.spec import hashed_view
 from clag.types import Episode
 
 MARKER = "COMPLETE"
@@ -37,7 +38,8 @@ def ingestion_key(cfg: DictConfig) -> str:
     retrieval_only = getattr(method_class, "retrieval_params", frozenset())
     payload = {
         "method": {k: v for k, v in system_cfg.items() if k not in retrieval_only},
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        # minus how the server is launched (UNHASHED, as for run folders): it shapes no answer
+        "model": hashed_view({"model": OmegaConf.to_container(cfg.model, resolve=True)})["model"],
         "embedder": OmegaConf.to_container(cfg.embedder, resolve=True),
         "seed": int(cfg.seed),
     }
