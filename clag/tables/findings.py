@@ -6,16 +6,18 @@ only as tables beside the paper's:
 
 * **claims**: for each claim the slice can test (CLAG ahead of each baseline
   on a dataset, on LoCoMo also without its adversarial category 5, whose
-  "not mentioned" answers can carry an overall lead alone; agentic routing ahead of cosine / K-Means routing, Table 5;
-  localized evolution and two-stage retrieval ahead of their global versions,
-  Table 7), the paired difference over the same questions
+  "not mentioned" answers can carry an overall lead alone; agentic routing
+  ahead of cosine / K-Means routing, Table 5; localized evolution and
+  two-stage retrieval ahead of their global versions, Table 7), the paired
+  difference over the same questions
   (:func:`clag.compare.paired_difference`) with its 95% interval, and a
   verdict that only says "ahead" or "behind" when the interval excludes 0;
 * **telemetry**: per CLAG run, how its clusters formed (count and sizes per
   episode), how notes were routed (agentic picks vs fallbacks vs new
   clusters), how often the question-time picker chose clusters vs left the
-  search global, and how often the small model's JSON failed per stage (an
-  echoed placeholder counts as a failure: :mod:`clag.llm.json_parse`).
+  search global, whether the picked clusters held the question's evidence,
+  and how often the small model's JSON failed per stage (an echoed
+  placeholder counts as a failure: :mod:`clag.llm.json_parse`).
 
     python -m clag.tables.findings results/reference/runs --out results/reference/findings.md
 """
