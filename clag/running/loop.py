@@ -18,7 +18,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 
 from clag.answer import Answerer
-from clag.data import load_episodes
+from clag.data import load_slice
 from clag.llm.base import GenerationConfig, LLMBackend
 from clag.memory.base import MemorySystem
 from clag.running.build import build_backend, build_client, build_embedder, seed_everything
@@ -52,16 +52,7 @@ def execute(spec: RunSpec, wrap_backend: Callable[[LLMBackend], LLMBackend] | No
     seed_everything(int(cfg.seed))
     wall_start = time.perf_counter()
 
-    episodes = load_episodes(
-        cfg.dataset.name,
-        cfg.paths.data_dir,
-        variant=cfg.dataset.get("variant"),
-        episodes=cfg.limit.episodes,
-        items=cfg.limit["items"],
-        questions=cfg.limit.questions,
-        categories=cfg.limit.categories,
-        episode_ids=cfg.limit.episode_ids,
-    )
+    episodes = load_slice(cfg)
     workers = max(1, min(int(cfg.runner.concurrent_episodes), len(episodes)))
     backend = build_backend(cfg.model, concurrent=workers > 1, coalesce_wait_s=float(cfg.runner.coalesce_wait_s))
     if wrap_backend is not None:

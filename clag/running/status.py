@@ -20,14 +20,12 @@ import itertools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
 
 from clag.config import compose_config
-from clag.data import load_episodes
+from clag.data import load_slice
 from clag.running.folder import RunFolder, read_jsonl
 from clag.running.spec import RunSpec
 
@@ -69,23 +67,11 @@ def grid(overrides: Sequence[str]) -> list[list[str]]:
     return [list(run) for run in itertools.product(*choices)]
 
 
-@cache
-def _slice_size(dataset: str, data_dir: str, variant: str | None, limit: str) -> tuple[int, int]:
-    """(episodes, questions) of a slice; ``limit`` is the limit node as YAML (hashable)."""
-    loaded = load_episodes(dataset, data_dir, variant=variant, **OmegaConf.to_container(OmegaConf.create(limit)))
-    return len(loaded), sum(len(episode.questions) for episode in loaded)
-
-
 def run_status(overrides: Sequence[str]) -> RunStatus:
     """How far the folder of the run ``overrides`` compose to has come."""
     spec = RunSpec.from_config(compose_config(overrides))
     cfg, folder = spec.cfg, RunFolder(spec.run_dir)
-    episodes, questions = _slice_size(
-        cfg.dataset.name,
-        str(cfg.paths.data_dir),
-        cfg.dataset.get("variant"),
-        OmegaConf.to_yaml(cfg.limit, resolve=True),
-    )
+    loaded = load_slice(cfg)
 
     def keys(path: Path, key: str) -> int:
         """Distinct keys of this config's rows (a replayed episode writes its row again)."""
@@ -101,9 +87,9 @@ def run_status(overrides: Sequence[str]) -> RunStatus:
         folder.marker.is_file(),
         folder.is_finished(spec.config_hash),
         keys(folder.episodes, "episode_id"),
-        episodes,
+        len(loaded),
         keys(folder.predictions, "question_id"),
-        questions,
+        sum(len(episode.questions) for episode in loaded),
     )
 
 
