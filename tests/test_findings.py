@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from clag.tables.collect import find_runs
-from clag.tables.findings import default_claims, evaluate, render, telemetry_table, verdict
+from clag.tables.findings import default_claims, evaluate, reach_table, render, telemetry_table, verdict
 
 CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "two_stage"}
 
@@ -43,9 +43,10 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
                                 "new_cluster_below_tau": 2}, "route_fallbacks_total": 1}})
     _run(tmp_path, "rag", "rag", {}, [v - 0.3 for v in clag_f1])  # CLAG ahead on every question
     _run(tmp_path, "amem", "amem", {}, [v + (0.05 if i % 2 else -0.05) for i, v in enumerate(clag_f1)])
+    _run(tmp_path, "gam", "gam", {}, clag_f1[:10])  # two questions short
     runs = find_runs(tmp_path)
     findings = {f.claim.label: f for f in evaluate(runs, default_claims(CLAG_DEFAULT), samples=2000)}
-    pairs = {"CLAG vs rag on locomo", "CLAG vs amem on locomo"}
+    pairs = {"CLAG vs rag on locomo", "CLAG vs amem on locomo", "CLAG vs gam on locomo"}
     assert set(findings) == pairs | {f"{pair}, categories 1-4" for pair in pairs}  # only pairs that exist
     assert findings["CLAG vs rag on locomo"].per_metric["f1"]["n"] == 12
     assert findings["CLAG vs rag on locomo, categories 1-4"].per_metric["f1"]["n"] == 8  # category 5 left out
@@ -58,5 +59,10 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     assert "agentic_pick 48, new_cluster_below_tau 2" in table and "1/50" in table
     assert "12/12" in table and "30 / 150" in table and "route 2/50" in table
     assert "| 8/0/4 of 12 |" in table and "| 100.0/—/0.0 |" in table  # evidence pruned away on 4: R@10 0 there
+
+    reach = reach_table(runs, CLAG_DEFAULT)  # the baselines over CLAG's groups; gam lacks two of them
+    assert "| locomo | questions | 8 | 0 | 4 |" in reach and "| locomo | clag R@10 | 100.0 | — | 0.0 |" in reach
+    assert "| locomo | rag R@10 | 100.0 | — | 0.0 |" in reach
+    assert "| locomo | gam R@10 | 100.0 (6/8) | — | 0.0 |" in reach
     text = render(tmp_path)
     assert "models: qwen2.5-0.5b; computed with vllm bfloat16 on AMD EPYC" in text

@@ -17,7 +17,10 @@ only as tables beside the paper's:
   clusters), how often the question-time picker chose clusters vs left the
   search global, whether the picked clusters held the question's evidence,
   and how often the small model's JSON failed per stage (an echoed
-  placeholder counts as a failure: :mod:`clag.llm.json_parse`).
+  placeholder counts as a failure: :mod:`clag.llm.json_parse`);
+* **evidence reach**: the R@10 of CLAG and of each retrieving baseline over
+  the same questions, grouped by whether CLAG's picked clusters held all, part
+  or none of their evidence, which tells pruning from ranking.
 
     python -m clag.tables.findings results/reference/runs --out results/reference/findings.md
 """
@@ -43,6 +46,7 @@ from clag.tables.specs import load_defaults
 log = logging.getLogger(__name__)
 
 BASELINES = ("rag", "amem", "gam", "memoryos", "full_context", "no_memory")
+RETRIEVERS = ("rag", "amem", "gam", "memoryos")  # the baselines that rank evidence
 METRICS = ("f1", "bleu1", "j_lenient")
 
 
@@ -178,12 +182,18 @@ def clag_telemetry(run: RunRecord) -> dict[str, Any]:
     }
 
 
-def _evidence_reach(rows: list[dict[str, Any]], structure: dict[str, Any]) -> dict[str, str]:
-    """Whether the picked clusters held each question's evidence (all / part / none of it), and the
-    evidence recall (R@10) in each case: where the picker prunes the evidence away, no ranking can
-    find it. Over questions with evidence whose search was narrowed to clusters, in episodes whose
-    structure lists the members (runs before it did show "—")."""
-    groups: dict[str, list[float]] = {"all": [], "part": [], "none": []}
+Key = tuple[str, str]
+
+
+def _key(row: dict[str, Any]) -> Key:
+    return str(row.get("episode_id")), str(row.get("question_id"))
+
+
+def reach_groups(rows: list[dict[str, Any]], structure: dict[str, Any]) -> dict[str, list[Key]]:
+    """The questions whose picked clusters held all, part or none of their evidence. Over questions
+    with evidence whose search was narrowed to clusters, in episodes whose structure lists the
+    members (runs before it did have no groups)."""
+    groups: dict[str, list[Key]] = {"all": [], "part": [], "none": []}
     for row in rows:
         members = (structure.get(str(row.get("episode_id"))) or {}).get("cluster_members")
         telemetry = row.get("telemetry") or {}
@@ -192,15 +202,55 @@ def _evidence_reach(rows: list[dict[str, Any]], structure: dict[str, Any]) -> di
             continue
         searched = {source for cid in telemetry.get("selected") or [] for source in members.get(cid, [])}
         inside = len(evidence & searched)
-        groups["all" if inside == len(evidence) else "part" if inside else "none"].append(float(row.get("r10") or 0))
+        groups["all" if inside == len(evidence) else "part" if inside else "none"].append(_key(row))
+    return groups
+
+
+def _mean_r10(rows: list[dict[str, Any]], keys: list[Key]) -> str:
+    """Mean R@10 (%) of ``rows`` over the questions ``keys``; a run missing some says over how many."""
+    r10 = {_key(row): float(row.get("r10") or 0) for row in rows}
+    values = [r10[k] for k in keys if k in r10]
+    if not values:
+        return "—"
+    return f"{100 * np.mean(values):.1f}" + (f" ({len(values)}/{len(keys)})" if len(values) < len(keys) else "")
+
+
+def _evidence_reach(rows: list[dict[str, Any]], structure: dict[str, Any]) -> dict[str, str]:
+    """Whether the picked clusters held each question's evidence, and the evidence recall (R@10) in
+    each case: where the picker prunes the evidence away, no ranking can find it."""
+    groups = reach_groups(rows, structure)
     counted = sum(len(v) for v in groups.values())
     if not counted:
         return {"evidence in the picked clusters (all/part/none)": "—", "R@10 (all/part/none)": "—"}
     return {
         "evidence in the picked clusters (all/part/none)": "/".join(str(len(v)) for v in groups.values())
         + f" of {counted}",
-        "R@10 (all/part/none)": "/".join(f"{100 * np.mean(v):.1f}" if v else "—" for v in groups.values()),
+        "R@10 (all/part/none)": "/".join(_mean_r10(rows, v) for v in groups.values()),
     }
+
+
+def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
+    """R@10 of the default CLAG run and of each retrieving baseline over the same questions, grouped
+    by where CLAG's picker left the evidence: a gap in the "none" group is pruning, a gap in the
+    "all" group is ranking inside the clusters. Full context and no memory rank nothing and are left out."""
+    lines = []
+    for dataset in sorted({r.dataset for r in runs}):
+        clag = _run(runs, "clag", dataset, clag_default)
+        if clag is None:
+            continue
+        groups = reach_groups(clag.predictions, clag.metrics.get("structure") or {})
+        if not any(groups.values()):
+            continue
+        if not lines:
+            lines = ["| dataset | | " + " | ".join(f"{g} of it" for g in groups) + " |"]
+            lines.append("|---|---|" + "---|" * len(groups))
+        lines.append(f"| {dataset} | questions | " + " | ".join(str(len(v)) for v in groups.values()) + " |")
+        for method in ("clag", *RETRIEVERS):
+            run = clag if method == "clag" else _run(runs, method, dataset, {})
+            if run is not None:
+                cells = " | ".join(_mean_r10(run.predictions, v) for v in groups.values())
+                lines.append(f"| {dataset} | {method} R@10 | {cells} |")
+    return "\n".join(lines) or "(no CLAG run with cluster members)"
 
 
 def _ratio(telemetry: list[dict[str, Any]]) -> str:
@@ -228,7 +278,8 @@ def _variant(run: RunRecord) -> str:
 
 def render(runs_dir: Path) -> str:
     runs = find_runs(runs_dir)
-    findings = evaluate(runs, default_claims(load_defaults().clag_default))
+    clag_default = load_defaults().clag_default
+    findings = evaluate(runs, default_claims(clag_default))
     models = sorted({r.model for r in runs})
     return "\n\n".join(
         [
@@ -239,6 +290,8 @@ def render(runs_dir: Path) -> str:
             claims_table(findings) if findings else "(no pair of runs to compare yet)",
             "## CLAG telemetry",
             telemetry_table(runs),
+            "## R@10 (%) over the same questions, by how much of their evidence CLAG's picked clusters held",
+            reach_table(runs, clag_default),
         ]
     ) + "\n"
 
