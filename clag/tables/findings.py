@@ -183,6 +183,7 @@ def clag_telemetry(run: RunRecord) -> dict[str, Any]:
 
 
 Key = tuple[str, str]
+REACH = ("all", "part", "none")  # how much of a question's evidence the picked clusters held
 
 
 def _key(row: dict[str, Any]) -> Key:
@@ -193,7 +194,7 @@ def reach_groups(rows: list[dict[str, Any]], structure: dict[str, Any]) -> dict[
     """The questions whose picked clusters held all, part or none of their evidence. Over questions
     with evidence whose search was narrowed to clusters, in episodes whose structure lists the
     members (runs before it did have no groups)."""
-    groups: dict[str, list[Key]] = {"all": [], "part": [], "none": []}
+    groups: dict[str, list[Key]] = {reach: [] for reach in REACH}
     for row in rows:
         members = (structure.get(str(row.get("episode_id"))) or {}).get("cluster_members")
         telemetry = row.get("telemetry") or {}
@@ -206,9 +207,12 @@ def reach_groups(rows: list[dict[str, Any]], structure: dict[str, Any]) -> dict[
     return groups
 
 
-def _mean_r10(rows: list[dict[str, Any]], keys: list[Key]) -> str:
-    """Mean R@10 (%) of ``rows`` over the questions ``keys``; a run missing some says over how many."""
-    r10 = {_key(row): float(row.get("r10") or 0) for row in rows}
+def _r10_by_question(rows: list[dict[str, Any]]) -> dict[Key, float]:
+    return {_key(row): float(row.get("r10") or 0) for row in rows}
+
+
+def _mean_r10(r10: dict[Key, float], keys: list[Key]) -> str:
+    """Mean R@10 (%) over the questions ``keys``; a run missing some says over how many."""
     values = [r10[k] for k in keys if k in r10]
     if not values:
         return "—"
@@ -219,13 +223,14 @@ def _evidence_reach(rows: list[dict[str, Any]], structure: dict[str, Any]) -> di
     """Whether the picked clusters held each question's evidence, and the evidence recall (R@10) in
     each case: where the picker prunes the evidence away, no ranking can find it."""
     groups = reach_groups(rows, structure)
+    r10 = _r10_by_question(rows)
     counted = sum(len(v) for v in groups.values())
     if not counted:
         return {"evidence in the picked clusters (all/part/none)": "—", "R@10 (all/part/none)": "—"}
     return {
         "evidence in the picked clusters (all/part/none)": "/".join(str(len(v)) for v in groups.values())
         + f" of {counted}",
-        "R@10 (all/part/none)": "/".join(_mean_r10(rows, v) for v in groups.values()),
+        "R@10 (all/part/none)": "/".join(_mean_r10(r10, v) for v in groups.values()),
     }
 
 
@@ -233,7 +238,7 @@ def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
     """R@10 of the default CLAG run and of each retrieving baseline over the same questions, grouped
     by where CLAG's picker left the evidence: a gap in the "none" group is pruning, a gap in the
     "all" group is ranking inside the clusters. Full context and no memory rank nothing and are left out."""
-    lines = []
+    body = []
     for dataset in sorted({r.dataset for r in runs}):
         clag = _run(runs, "clag", dataset, clag_default)
         if clag is None:
@@ -241,16 +246,17 @@ def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
         groups = reach_groups(clag.predictions, clag.metrics.get("structure") or {})
         if not any(groups.values()):
             continue
-        if not lines:
-            lines = ["| dataset | | " + " | ".join(f"{g} of it" for g in groups) + " |"]
-            lines.append("|---|---|" + "---|" * len(groups))
-        lines.append(f"| {dataset} | questions | " + " | ".join(str(len(v)) for v in groups.values()) + " |")
+        body.append(f"| {dataset} | questions | " + " | ".join(str(len(v)) for v in groups.values()) + " |")
         for method in ("clag", *RETRIEVERS):
             run = clag if method == "clag" else _run(runs, method, dataset, {})
             if run is not None:
-                cells = " | ".join(_mean_r10(run.predictions, v) for v in groups.values())
-                lines.append(f"| {dataset} | {method} R@10 | {cells} |")
-    return "\n".join(lines) or "(no CLAG run with cluster members)"
+                r10 = _r10_by_question(run.predictions)
+                cells = " | ".join(_mean_r10(r10, v) for v in groups.values())
+                body.append(f"| {dataset} | {method} R@10 | {cells} |")
+    if not body:
+        return "(no CLAG run with cluster members)"
+    header = "| dataset | | " + " | ".join(f"{reach} of it" for reach in REACH) + " |"
+    return "\n".join([header, "|---|---|" + "---|" * len(REACH), *body])
 
 
 def _ratio(telemetry: list[dict[str, Any]]) -> str:
