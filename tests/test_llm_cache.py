@@ -69,6 +69,14 @@ def test_put_many_writes_one_batch(tmp_path: Path) -> None:
     assert cache.get(entries[7][0]) == Completion("t7", 7, 7)
 
 
+def test_the_first_answer_stored_for_a_key_stays_and_is_returned_to_later_writers(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "c.sqlite")
+    assert cache.put("k", Completion("first", 1, 1)) == Completion("first", 1, 1)
+    stored = cache.put_many([("new", Completion("n", 2, 2)), ("k", Completion("second", 3, 3))])
+    assert stored == [Completion("n", 2, 2), Completion("first", 1, 1)]
+    assert cache.get("k") == Completion("first", 1, 1) and len(cache) == 2
+
+
 def _writer(path: str, worker: int, count: int) -> None:
     cache = CallCache(path)
     for i in range(count):

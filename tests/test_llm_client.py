@@ -53,6 +53,23 @@ def test_a_resumed_process_reuses_the_file(tmp_path: Path) -> None:
     assert backend.calls == []
 
 
+def test_a_call_another_run_stored_meanwhile_takes_its_answer(cache: CallCache) -> None:
+    """Two sweep jobs share a cache and send the same prompt at once; a server whose numerics depend
+    on its batch answers them differently. The second to finish must adopt the first's answer, or a
+    rerun from the cache would not reproduce its predictions (the flaky vLLM rerun of 2026-12-02)."""
+    other = LLMClient(NamedBackend("m1", respond=lambda prompt, config: "first answer"), cache)
+
+    def answer_while_the_other_run_finishes(prompt: str, config: GenerationConfig) -> str:
+        other.generate([prompt], stage="answer")  # stores its answer while this call is in flight
+        return "second answer"
+
+    late = LLMClient(NamedBackend("m1", respond=answer_while_the_other_run_finishes), cache)
+    assert late.generate(["q"], stage="answer") == ["first answer"]
+    backend = NamedBackend("m1", respond=lambda prompt, config: "never asked")
+    assert LLMClient(backend, cache).generate(["q"], stage="answer") == ["first answer"]
+    assert backend.calls == []
+
+
 def test_models_never_share_answers(cache: CallCache) -> None:
     LLMClient(NamedBackend("m1"), cache).generate(["a"], stage="note")
     other = NamedBackend("m2", respond=lambda prompt, config: "m2 says hi")

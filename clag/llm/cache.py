@@ -6,6 +6,13 @@ setting and a cache version, so two models never share answers (the
 lm-evaluation-harness pitfall, its issue #2715) and a changed setting is a
 miss. A killed run resumes from the cache with identical outputs.
 
+The first answer stored for a key is its answer for good. Two runs sharing a
+cache can send the same call at the same moment (A-mem and CLAG before
+CLAG's cold start, or an ablation beside its parent), and a server whose batch
+numerics change with what else is in flight can answer them differently;
+the second writer then adopts the stored answer (:meth:`CallCache.put_many`
+returns it), so every run's outputs are the ones a rerun replays.
+
 Several processes of a Hydra multirun write the same file: the database is
 in WAL mode (readers never block the writer), every connection waits on a
 busy lock instead of failing, each write is one short transaction, and a
@@ -123,25 +130,33 @@ class CallCache:
         )
         return Completion(*row) if row else None
 
-    def put(self, key: str, completion: Completion) -> None:
-        self.put_many([(key, completion)])
+    def put(self, key: str, completion: Completion) -> Completion:
+        [stored] = self.put_many([(key, completion)])
+        return stored
 
-    def put_many(self, entries: Iterable[tuple[str, Completion]]) -> None:
-        """Store several completions in one transaction (one fsync for a whole batch)."""
+    def put_many(self, entries: Iterable[tuple[str, Completion]]) -> list[Completion]:
+        """Store completions whose key is new, in one transaction (one fsync for a whole batch).
+
+        Returns, per entry, the completion the cache holds for its key afterwards: the entry's own,
+        or the one another writer stored first, which the caller must use in its place.
+        """
         rows = [(key, c.text, c.prompt_tokens, c.completion_tokens) for key, c in entries]
         if not rows:
-            return
+            return []
 
-        def write(db: sqlite3.Connection) -> None:
+        def write(db: sqlite3.Connection) -> list[Completion]:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", rows)
+                db.executemany("INSERT OR IGNORE INTO calls VALUES (?, ?, ?, ?)", rows)
+                select = "SELECT text, prompt_tokens, completion_tokens FROM calls WHERE key = ?"
+                stored = [Completion(*db.execute(select, (row[0],)).fetchone()) for row in rows]
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+            return stored
 
-        self._retry_locked(write)
+        return self._retry_locked(write)
 
     def __len__(self) -> int:
         return self._connect().execute("SELECT COUNT(*) FROM calls").fetchone()[0]

@@ -63,7 +63,8 @@ def read_shard(path: Path) -> Iterator[tuple[str, Completion]]:
 
 
 def import_shards(cache: CallCache, folder: Path) -> int:
-    """Load every shard of ``folder`` into ``cache``; returns the rows read."""
+    """Load every shard of ``folder`` into ``cache``; returns the rows read. A key the cache
+    already holds keeps its answer (the first stored wins, as for every write)."""
     total = 0
     for path in shard_paths(folder):
         batch: list[tuple[str, Completion]] = []

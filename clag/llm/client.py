@@ -156,9 +156,11 @@ class LLMClient:
     def _complete(self, prompts: list[str], config: GenerationConfig, stage: str) -> list[Completion]:
         """Completions in order: cache hits first, then one backend call for the misses.
 
-        A prompt repeated within a cacheable call is generated once. Token
-        counts include cache hits, so usage describes the method's workload
-        whether or not a rerun was answered from the cache.
+        A prompt repeated within a cacheable call is generated once; a fresh
+        completion gives way to one another run stored first for the same key
+        (see :mod:`clag.llm.cache`). Token counts include cache hits, so usage
+        describes the method's workload whether or not a rerun was answered
+        from the cache.
         """
         results: list[Completion | None] = [None] * len(prompts)
         keys: list[str | None] = [None] * len(prompts)
@@ -184,8 +186,12 @@ class LLMClient:
                 raise RuntimeError(f"backend returned {len(fresh)} completions for {len(to_generate)} prompts")
             for i, completion in zip(to_generate, fresh):
                 results[i] = completion
-            if self.cache is not None:
-                self.cache.put_many((keys[i], results[i]) for i in to_generate if keys[i] is not None)
+            kept = [i for i in to_generate if keys[i] is not None]
+            if self.cache is not None and kept:
+                # another run may have stored the same call meanwhile: its answer is the answer
+                stored = self.cache.put_many((keys[i], results[i]) for i in kept)
+                for i, completion in zip(kept, stored):
+                    results[i] = completion
         for i in missing:
             if results[i] is None:
                 results[i] = results[first_of[keys[i]]]
