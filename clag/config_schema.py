@@ -108,6 +108,7 @@ class CacheSchema:
 
     enabled: bool = MISSING
     path: str = MISSING
+    only: bool = False
 
 
 @dataclass

@@ -41,7 +41,7 @@ from omegaconf import DictConfig
 from clag.config import CONFIG_DIR, VERSION_BASE, compose_config
 from clag.config_schema import ConfigError, validate_config
 from clag.data import DatasetError
-from clag.llm.cache import CacheError
+from clag.llm.cache import CacheError, CallNotCached
 from clag.llm.openai_backend import ServerError
 from clag.running.folder import RunFolderError
 from clag.running.loop import execute
@@ -54,6 +54,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError,
     DatasetError,
     CacheError,
+    CallNotCached,
     ServerError,
     RunFolderError,
     FileNotFoundError,

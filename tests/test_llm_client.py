@@ -13,7 +13,7 @@ from scripted_llm import ScriptedBackend
 
 from clag.answer import question_keywords
 from clag.llm.base import GenerationConfig
-from clag.llm.cache import CallCache
+from clag.llm.cache import CallCache, CallNotCached
 from clag.llm.client import LLMClient, UsageMeter
 
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
@@ -68,6 +68,16 @@ def test_a_call_another_run_stored_meanwhile_takes_its_answer(cache: CallCache) 
     backend = NamedBackend("m1", respond=lambda prompt, config: "never asked")
     assert LLMClient(backend, cache).generate(["q"], stage="answer") == ["first answer"]
     assert backend.calls == []
+
+
+def test_a_cache_only_client_answers_hits_and_stops_at_the_first_miss(cache: CallCache) -> None:
+    LLMClient(NamedBackend("m1"), cache).generate(["a"], stage="note")
+    backend = NamedBackend("m1")
+    replaying = LLMClient(backend, cache, cache_only=True)
+    assert replaying.generate(["a"], stage="note") == ["echo a"]
+    with pytest.raises(CallNotCached, match=r"stage 'evolve': 1 call\(s\) not in the LLM cache .* begins 'b'"):
+        replaying.generate(["a", "b"], stage="evolve")
+    assert backend.calls == [] and len(cache) == 1
 
 
 def test_models_never_share_answers(cache: CallCache) -> None:

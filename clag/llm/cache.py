@@ -60,6 +60,15 @@ class CacheError(RuntimeError):
         self.path = path
 
 
+class CallNotCached(RuntimeError):
+    """A call the cache lacks, in a run told to use the cache alone (``cache.only=true``).
+
+    In a replay of a recorded run it marks where the replay leaves the
+    recorded run's path: the recorded run got another answer for an earlier
+    call than the cache holds, or made a call nobody cached.
+    """
+
+
 class CallCache:
     """Key-value store of completions in one SQLite file (WAL mode).
 

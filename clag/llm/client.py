@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from clag.llm.base import Completion, GenerationConfig, LLMBackend
-from clag.llm.cache import CallCache
+from clag.llm.cache import CallCache, CallNotCached
 from clag.llm.json_parse import parse_json_object
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,8 @@ class LLMClient:
             decoding where it supports it (the authors' SGLang setting).
         json_retry_temperature: A failed JSON call is retried once, sampled at
             this temperature with a fixed seed (a greedy retry would repeat itself).
+        cache_only: Never call the backend: a call the cache lacks raises
+            :class:`~clag.llm.cache.CallNotCached` (replays of recorded runs).
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class LLMClient:
         constrained_json: bool = True,
         json_retry_temperature: float = 0.7,
         retry_seed: int = 1234,
+        cache_only: bool = False,
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -95,6 +98,7 @@ class LLMClient:
         self.constrained_json = constrained_json
         self.json_retry_temperature = json_retry_temperature
         self.retry_seed = retry_seed
+        self.cache_only = cache_only
         self.usage = UsageMeter()
         self._identity = backend.identity()
 
@@ -176,6 +180,12 @@ class LLMClient:
                 to_generate.append(i)
                 if keys[i] is not None:
                     first_of[keys[i]] = i
+        if to_generate and self.cache_only:
+            where = self.cache.path if self.cache is not None else "(the cache is disabled)"
+            raise CallNotCached(
+                f"stage {stage!r}: {len(to_generate)} call(s) not in the LLM cache {where} and cache.only=true; "
+                f"the first prompt begins {prompts[to_generate[0]][:120]!r}"
+            )
         if to_generate:
             try:
                 fresh = self.backend.generate([prompts[i] for i in to_generate], config)

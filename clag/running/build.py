@@ -65,5 +65,10 @@ def build_client(backend: LLMBackend, model_cfg: DictConfig, cache_cfg: DictConf
         OmegaConf.to_container(model_cfg.stage_settings, resolve=True) if "stage_settings" in model_cfg else {}
     )
     return LLMClient(
-        backend, cache, generation, stage_settings, constrained_json=bool(model_cfg.get("constrained_json", True))
+        backend,
+        cache,
+        generation,
+        stage_settings,
+        constrained_json=bool(model_cfg.get("constrained_json", True)),
+        cache_only=bool(cache_cfg.get("only", False)),
     )
