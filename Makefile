@@ -13,6 +13,8 @@ TABLES_DIR ?= results/tables
 # The reference run's folder (committed: run folders, tables, call-cache shards) and extra overrides
 REFERENCE := results/reference
 REFERENCE_ARGS ?=
+# Where `make reference-replay` replays the reference runs (scratch: run folders and a cache from the shards)
+REFERENCE_REPLAY ?= /tmp/clag-reference-replay
 # Its sweeps, in order (results do not depend on it): CLAG and its two closest baselines on both
 # datasets first, so the central claims are testable soonest; then the other runs; then the ablations
 REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations
@@ -47,7 +49,7 @@ DEMO_ENGINE ?= vllm
 DEMO_JOBS ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference reference-status demo test test-fast lint run tables bench reproduce notebook clean
+.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference reference-status reference-replay demo test test-fast lint run tables bench reproduce notebook clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9._-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -99,6 +101,12 @@ reference-status: install ## How far the reference run is: each run finished, ha
 	@for grid in experiment=reference experiment=reference_ablations; do \
 		$(PY) -m clag.running.status $$grid $(REFERENCE_ARGS) && echo || exit 1; \
 	done
+
+reference-replay: install ## Replay every finished reference run from the committed calls alone (no model) and compare predictions
+	status=0; \
+	for grid in experiment=reference experiment=reference_ablations; do \
+		$(PY) -m clag.running.replay --shards $(REFERENCE)/llm_cache --scratch $(REFERENCE_REPLAY) $$grid $(REFERENCE_ARGS) || status=1; \
+	done; exit $$status
 
 test: install vllm ## Run the whole test suite (real offline model and a real vLLM server included)
 	$(PY) -m pytest -q
