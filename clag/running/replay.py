@@ -5,7 +5,7 @@ every finished run of a sweep grid (composed as :mod:`clag.running.status`
 composes it) is run again into a scratch folder, with a call cache filled only
 from the recorded shards (:mod:`clag.llm.cache_shards`) and ``cache.only=true``,
 so the model is never called. A run whose path is all in the cache gives its
-predictions again, on any machine; a call the cache lacks stops the replay
+predictions again, from the same retrieved items, on any machine; a call the cache lacks stops the replay
 with one line naming the stage and the prompt's start. Such a gap means the
 recorded run got another answer for some earlier call than the cache holds
 (two runs sending one call at the same moment, before the cache kept the first
@@ -42,8 +42,8 @@ class Replay:
 
     label: str
     questions: int  # recorded predictions
-    identical: int  # replayed with the same text
-    differing: int  # replayed with another text
+    identical: int  # replayed with the same prediction from the same retrieved items
+    differing: int  # replayed with another prediction or other retrieved items
     stopped: str | None  # the replay's last error line, if it did not finish
 
     @property
@@ -55,10 +55,15 @@ class Replay:
         return "differs"
 
 
-def predictions(folder: Path, config_hash: str) -> dict[str, str]:
-    """Question id -> prediction text of the rows ``config_hash`` wrote in ``folder``."""
+def outcomes(folder: Path, config_hash: str) -> dict[str, tuple[str, list[str]]]:
+    """Question id -> (prediction, retrieved ids) of the rows ``config_hash`` wrote in ``folder``:
+    what the LLM calls decide (timings are the machine's; scores follow from these)."""
     rows = read_jsonl(folder / "predictions.jsonl") if (folder / "predictions.jsonl").exists() else []
-    return {row["question_id"]: row["prediction"] for row in rows if row.get("config_hash") == config_hash}
+    return {
+        row["question_id"]: (row["prediction"], row["retrieved_ids"])
+        for row in rows
+        if row.get("config_hash") == config_hash
+    }
 
 
 def replay_run(run: Sequence[str], scratch: Path) -> Replay | None:
@@ -84,9 +89,9 @@ def replay_run(run: Sequence[str], scratch: Path) -> Replay | None:
         lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         errors = [line for line in lines if "ERROR" in line]
         stopped = (errors or lines or [f"exit code {done.returncode}"])[-1].split("] ", 1)[-1]
-    before = predictions(recorded.run_dir, recorded.config_hash)
-    after = predictions(replayed.run_dir, replayed.config_hash)
-    same = sum(after.get(question) == text for question, text in before.items())
+    before = outcomes(recorded.run_dir, recorded.config_hash)
+    after = outcomes(replayed.run_dir, replayed.config_hash)
+    same = sum(after.get(question) == outcome for question, outcome in before.items())
     return Replay(label, len(before), same, sum(question in after for question in before) - same, stopped)
 
 
