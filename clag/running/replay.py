@@ -33,7 +33,7 @@ from clag.llm.cache import CallCache
 from clag.llm.cache_shards import import_shards
 from clag.running.folder import RunFolder, read_jsonl
 from clag.running.spec import RunSpec
-from clag.running.status import grid
+from clag.running.status import grid, run_label
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,7 @@ def replay_run(run: Sequence[str], scratch: Path) -> Replay | None:
     recorded = RunSpec.from_config(compose_config(list(run)))
     if not RunFolder(recorded.run_dir).is_finished(recorded.config_hash):
         return None
-    cfg = recorded.cfg
-    variant = cfg.get("variant_name")
-    label = f"{cfg.method.name} / {cfg.dataset.name}" + (f" / {variant}" if variant else "")
+    label = run_label(recorded.cfg)
     scratch_overrides = [
         f"paths.runs_dir={scratch / 'runs'}",
         f"cache.path={scratch / 'llm_cache.sqlite'}",

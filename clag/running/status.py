@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig
 
 from clag.config import compose_config
 from clag.data import load_slice
@@ -67,6 +68,12 @@ def grid(overrides: Sequence[str]) -> list[list[str]]:
     return [list(run) for run in itertools.product(*choices)]
 
 
+def run_label(cfg: DictConfig) -> str:
+    """``method / dataset[ / variant]``: a run of the grid as the reports name it."""
+    variant = cfg.get("variant_name")
+    return f"{cfg.method.name} / {cfg.dataset.name}" + (f" / {variant}" if variant else "")
+
+
 def run_status(overrides: Sequence[str]) -> RunStatus:
     """How far the folder of the run ``overrides`` compose to has come."""
     spec = RunSpec.from_config(compose_config(overrides))
@@ -79,10 +86,8 @@ def run_status(overrides: Sequence[str]) -> RunStatus:
             {row.get(key) for row in read_jsonl(path) if row.get("config_hash", spec.config_hash) == spec.config_hash}
         )
 
-    variant = cfg.get("variant_name")
-    label = f"{cfg.method.name} / {cfg.dataset.name}" + (f" / {variant}" if variant else "")
     return RunStatus(
-        label,
+        run_label(cfg),
         spec.run_dir,
         folder.marker.is_file(),
         folder.is_finished(spec.config_hash),
