@@ -18,6 +18,8 @@ REFERENCE_REPLAY ?= /tmp/clag-reference-replay
 # Its sweeps, in order (results do not depend on it): CLAG and its two closest baselines on both
 # datasets first, so the central claims are testable soonest; then the other runs; then the ablations
 REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations
+# Its two grids, as `make reference-status` and `make reference-replay` walk them
+REFERENCE_GRIDS := experiment=reference experiment=reference_ablations
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
 # The tested package set, as pip constraints; LOCK= installs from pyproject's ranges alone (e.g. beside a
@@ -98,13 +100,13 @@ reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; res
 	$(PY) -m clag.tables.findings $(REFERENCE)/runs --out $(REFERENCE)/findings.md
 
 reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)
-	@for grid in experiment=reference experiment=reference_ablations; do \
+	@for grid in $(REFERENCE_GRIDS); do \
 		$(PY) -m clag.running.status $$grid $(REFERENCE_ARGS) && echo || exit 1; \
 	done
 
 reference-replay: install ## Replay every finished reference run from the committed calls alone (no model) and compare predictions
 	status=0; \
-	for grid in experiment=reference experiment=reference_ablations; do \
+	for grid in $(REFERENCE_GRIDS); do \
 		$(PY) -m clag.running.replay --shards $(REFERENCE)/llm_cache --scratch $(REFERENCE_REPLAY) $$grid $(REFERENCE_ARGS) || status=1; \
 	done; exit $$status
 

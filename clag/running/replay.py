@@ -5,8 +5,9 @@ every finished run of a sweep grid (composed as :mod:`clag.running.status`
 composes it) is run again into a scratch folder, with a call cache filled only
 from the recorded shards (:mod:`clag.llm.cache_shards`) and ``cache.only=true``,
 so the model is never called. A run whose path is all in the cache gives its
-predictions again, from the same retrieved items, on any machine; a call the cache lacks stops the replay
-with one line naming the stage and the prompt's start. Such a gap means the
+predictions again, from the same retrieved items, on any machine; a call the
+cache lacks stops the replay with one line naming the stage and the prompt's
+start. Such a gap means the
 recorded run got another answer for some earlier call than the cache holds
 (two runs sending one call at the same moment, before the cache kept the first
 answer for both) or made a call nobody recorded.
@@ -50,7 +51,7 @@ class Replay:
     def verdict(self) -> str:
         if self.stopped is not None:
             return "stopped: " + self.stopped
-        if self.identical == self.questions and not self.differing:
+        if self.identical == self.questions:
             return "identical"
         return "differs"
 
