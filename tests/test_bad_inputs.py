@@ -27,6 +27,22 @@ from clag.run import report_run
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def default_signals() -> None:
+    """In the child before exec: SIGINT and SIGTERM at their defaults. A shell's background job
+    (``make test &``, ``nohup``, many CI runners) starts with SIGINT ignored; a child inherits that,
+    and Python then installs no KeyboardInterrupt handler, so the test's Ctrl-C would never arrive."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def start_run(overrides: list[str]) -> subprocess.Popen[str]:
+    """``python -m clag.run`` in a child that receives the signals the test sends, however pytest was started."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "clag.run", *overrides], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_signals,
+    )
+
+
 class FakeServer:
     """An OpenAI-compatible server for the keyword and answer calls of a RAG run.
 
@@ -215,9 +231,7 @@ def test_a_killed_run_says_what_it_kept_and_resumes(tmp_path, signum, code, word
     run_dir, cache = tmp_path / "run", tmp_path / "cache.sqlite"
     server = FakeServer(hold_at=5)  # the third question's keyword call: two questions are finished by then
     overrides = run_overrides(server.url, run_dir, cache)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "clag.run", *overrides], cwd=ROOT, stderr=subprocess.PIPE, text=True
-    )
+    process = start_run(overrides)
     try:
         assert server.held.wait(120), "the run never reached its third question"
         process.send_signal(signum)
@@ -247,9 +261,7 @@ def test_an_interrupt_stops_concurrent_episodes_at_once(tmp_path) -> None:
     overrides = run_overrides(
         server.url, tmp_path / "run", tmp_path / "cache.sqlite", "limit.episodes=2", "runner.concurrent_episodes=2"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "clag.run", *overrides], cwd=ROOT, stderr=subprocess.PIPE, text=True
-    )
+    process = start_run(overrides)
     try:
         assert server.held.wait(120), "the run never sent its third request"
         process.send_signal(signal.SIGINT)
