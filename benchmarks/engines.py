@@ -143,7 +143,7 @@ def summarise_demo_runs(runs_dir: Path) -> dict[str, Any]:
 
 def run_demo_slice(label: str, engine: Sequence[str], workdir: Path, server_url: str | None) -> dict[str, Any]:
     """Time one engine's demo-slice sweep (a subprocess, as ``make demo`` runs it)."""
-    from clag.llm.serve import server_metrics
+    from clag.llm.serve import engine_counters, server_metrics
 
     served = server_url is not None
     before = server_metrics(server_url) if served else {}
@@ -157,14 +157,9 @@ def run_demo_slice(label: str, engine: Sequence[str], workdir: Path, server_url:
     row.update(summarise_demo_runs(workdir / "runs"))
     row["loadavg_1m_start"], row["loadavg_1m_end"] = load, os.getloadavg()[0]
     if served:
-        after = server_metrics(server_url)
-
-        def delta(name: str) -> float:
-            return after.get(name, 0.0) - before.get(name, 0.0)
-
-        queries = delta("vllm:prefix_cache_queries_total")
-        row["prefix_cache_hit_rate"] = delta("vllm:prefix_cache_hits_total") / queries if queries else None
-        row["server_requests"] = delta("vllm:request_success_total")
+        counters = engine_counters(before, server_metrics(server_url))
+        row["prefix_cache_hit_rate"] = counters.get("prefix_cache_hit_rate")
+        row["server_requests"] = counters.get("requests")
     return row
 
 

@@ -142,6 +142,20 @@ class Hardware(TypedDict):
     gpu: list[str]
 
 
+class EngineCounters(TypedDict):
+    """``metrics.json`` ``run.engine_counters``: a served engine's own counters (vLLM's ``/metrics``),
+    the difference between the run's start and end, so that a reader can see why one run was faster
+    than another. Server-wide: sweep jobs sharing the server count in each other's deltas; a resumed
+    run counts only its last process's part; a fully cached rerun that reaches no server has none."""
+
+    requests: float
+    prompt_tokens: float  # tokens prefilled, prefix-cache hits included
+    generation_tokens: float
+    prefix_cache_queries: float
+    prefix_cache_hits: float
+    prefix_cache_hit_rate: float | None
+
+
 class RunInfo(TypedDict):
     """``metrics.json`` ``run``: what was run, on what, from which code and data."""
 
@@ -166,6 +180,7 @@ class RunInfo(TypedDict):
     python: str
     hardware: Hardware
     server: NotRequired[dict[str, str]]  # a served engine's own report (its version); absent in-process
+    engine_counters: NotRequired[EngineCounters]  # a vLLM server's work while the run ran; absent in-process
     wall_s: float
     peak_rss_mb: float
 

@@ -43,6 +43,16 @@ class ScriptedServer:
             def do_GET(self) -> None:
                 if self.path == "/version":
                     self._send(200, {"version": "9.9.9-scripted"})
+                elif self.path == "/metrics":  # Prometheus text, as vLLM writes it
+                    text = (
+                        "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+                        f'vllm:request_success_total{{finished_reason="stop",model_name="m"}} {len(server.requests)}.0\n'
+                        f'vllm:prompt_tokens_total{{model_name="m"}} {10 * len(server.requests)}.0\n'
+                    ).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(text)))
+                    self.end_headers()
+                    self.wfile.write(text)
                 else:
                     self._send(404, {"error": "not found"})
 
@@ -294,3 +304,25 @@ def test_the_server_reports_its_version_once_the_run_reached_it(server: Scripted
     assert served.server_info() == {}  # nothing contacted yet (a fully cached rerun needs no server)
     served.generate(["hello"], GenerationConfig(max_new_tokens=4))
     assert served.server_info() == {"version": "9.9.9-scripted"}
+
+
+def test_the_engine_counters_are_the_server_s_work_between_two_scrapes(server: ScriptedServer) -> None:
+    from clag.llm.serve import engine_counters
+
+    served = backend(server.url)
+    before = served.server_counters()
+    served.generate(["a", "b", "c"], GenerationConfig(max_new_tokens=4))
+    counters = engine_counters(before, served.server_counters())
+    assert counters["requests"] == 3 and counters["prompt_tokens"] == 30
+    assert counters["prefix_cache_queries"] == 0 and counters["prefix_cache_hit_rate"] is None  # not exposed here
+    hits = engine_counters({"vllm:prefix_cache_queries_total": 100.0}, {"vllm:prefix_cache_queries_total": 300.0,
+                                                                        "vllm:prefix_cache_hits_total": 50.0})
+    assert hits["prefix_cache_hit_rate"] == 0.25
+
+
+def test_no_server_means_no_counters_and_no_failure() -> None:
+    from clag.llm.serve import engine_counters
+
+    nowhere = OpenAICompatibleBackend(None, "a-model-nobody-serves")
+    assert nowhere.server_counters() == {}  # no server started for it: the run is not failed for counters
+    assert engine_counters({}, {"vllm:request_success_total": 1.0}) == {}

@@ -163,6 +163,20 @@ class OpenAICompatibleBackend:
         version = reported.get("version") if isinstance(reported, dict) else None
         return {"version": str(version)} if version else {}
 
+    def server_counters(self) -> dict[str, float]:
+        """The server's cumulative Prometheus counters (``GET /metrics``), for a run's engine counters.
+
+        Resolves the server as a request would, but never fails a run: empty when no server is
+        running or it exposes no ``/metrics`` (llama.cpp's server without ``--metrics``).
+        """
+        from clag.llm.serve import server_metrics
+
+        try:
+            root = self.url.split("/v1/")[0]
+            return server_metrics(root)
+        except (ServerError, OSError, ValueError):
+            return {}
+
     def generate(self, prompts: Sequence[str], config: GenerationConfig) -> list[Completion]:
         """One completion per prompt, in order, ``max_concurrency`` requests at a time."""
         if not prompts:

@@ -323,6 +323,27 @@ def server_metrics(url: str, timeout_s: float = 5.0) -> dict[str, float]:
     return totals
 
 
+def engine_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """What a vLLM server did between two :func:`server_metrics` scrapes: requests finished, prompt
+    tokens prefilled (prefix-cache hits included), tokens generated, and its prefix-cache hit rate
+    (``None`` when nothing queried the cache). Empty when either scrape is (no such server)."""
+    if not before or not after:
+        return {}
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    queries, hits = delta("vllm:prefix_cache_queries_total"), delta("vllm:prefix_cache_hits_total")
+    return {
+        "requests": delta("vllm:request_success_total"),
+        "prompt_tokens": delta("vllm:prompt_tokens_total"),
+        "generation_tokens": delta("vllm:generation_tokens_total"),
+        "prefix_cache_queries": queries,
+        "prefix_cache_hits": hits,
+        "prefix_cache_hit_rate": hits / queries if queries else None,
+    }
+
+
 def running_url(name: str) -> str:
     """Base URL of the healthy server of ``name``; one clear error where there is none."""
     state = read_state(name)

@@ -7,7 +7,9 @@ flags that select those kernels, the GPUs torch sees, the engine and dtype,
 the version of every package that changes results
 (:data:`clag.versions.RESULT_PACKAGES`), and for a served engine the version
 the server reports (``server``: vLLM lives in its own environment, so the
-client's ``versions`` say ``absent`` for it).
+client's ``versions`` say ``absent`` for it) and the server's own counters
+over the run (``engine_counters``: requests, tokens prefilled and generated,
+prefix-cache hit rate), so that two runs' speeds can be compared by cause.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from omegaconf import OmegaConf
 from clag.data import episode_fingerprint
 from clag.hardware import hardware
 from clag.llm.base import LLMBackend
+from clag.llm.serve import engine_counters
 from clag.running.spec import RunSpec
 from clag.schema import RunInfo
 from clag.types import Episode
@@ -39,8 +42,17 @@ def git_hash() -> str:
         return "unknown"
 
 
-def provenance(spec: RunSpec, backend: LLMBackend, episodes: list[Episode], wall_s: float) -> RunInfo:
-    """``metrics.json`` ``run``: the run's identity, slice, code, packages, machine, engine and cost."""
+def server_counters(backend: LLMBackend) -> dict[str, float]:
+    """A served backend's cumulative counters now (empty in-process or without a server)."""
+    read = getattr(backend, "server_counters", None)
+    return read() if callable(read) else {}
+
+
+def provenance(
+    spec: RunSpec, backend: LLMBackend, episodes: list[Episode], wall_s: float, counters_at_start: dict[str, float]
+) -> RunInfo:
+    """``metrics.json`` ``run``: the run's identity, slice, code, packages, machine, engine and cost
+    (``counters_at_start``: :func:`server_counters` when the run began)."""
     cfg = spec.cfg
     identity = backend.identity()
     dtype = identity.get("dtype") or OmegaConf.select(cfg, "model.backend.dtype", default=None)
@@ -73,4 +85,6 @@ def provenance(spec: RunSpec, backend: LLMBackend, episodes: list[Episode], wall
     )
     if server:
         info["server"] = server
+    if counters := engine_counters(counters_at_start, server_counters(backend)):
+        info["engine_counters"] = counters  # type: ignore[typeddict-item]
     return info

@@ -92,18 +92,20 @@ def finish_run(
     structure: dict[str, dict[str, Any]],
     backend: LLMBackend,
     wall_start: float,
+    counters_at_start: dict[str, float],
 ) -> Metrics:
     """Score ``rows``, replace the streamed predictions by the scored ones, write ``metrics.json``, track.
 
     ``wall_start`` is the run's ``time.perf_counter()`` at its start: the
-    recorded wall time includes scoring.
+    recorded wall time includes scoring; ``counters_at_start`` the served
+    engine's counters then (:func:`clag.running.provenance.server_counters`).
     """
     cfg = spec.cfg
     settings = metric_settings(cfg)
     scored: list[ScoredRow] = score_rows(rows, settings)  # type: ignore[assignment]
     scored, judge = judge_at_end(cfg, scored, backend)  # type: ignore[assignment]  # metrics.judge (clag.judge)
     rewrite_jsonl(folder.predictions, scored)
-    run = provenance(spec, backend, episodes, time.perf_counter() - wall_start)
+    run = provenance(spec, backend, episodes, time.perf_counter() - wall_start, counters_at_start)
     metrics = build_metrics(scored, settings, episodes, episode_log, structure, run, str(cfg.dataset.name))
     if judge is not None:
         metrics["judge"] = judge  # type: ignore[typeddict-unknown-key]
