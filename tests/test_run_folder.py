@@ -297,3 +297,43 @@ def test_wrapped_backend_sees_every_call_of_concurrent_episodes(tmp_path: Path, 
     canned = wrappers[0].backend.backend if coalesced else wrappers[0].backend
     # every prompt the model got went through the wrapper (RAG: keywords and answer per question, at least)
     assert wrappers[0].prompts == canned.prompts >= 2 * len(rows)
+
+
+HOLD_IN_CHILD = """
+import sys, time
+from pathlib import Path
+from clag.running.folder import RunFolder
+with RunFolder(Path(sys.argv[1])).hold():
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_folder_held_by_a_live_process_is_refused_and_a_gone_holder_taken_over(tmp_path, caplog) -> None:
+    run_dir = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-c", HOLD_IN_CHILD, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(RunFolderError) as refused:
+            run(run_dir)
+        message = str(refused.value)
+        assert f"is in use by pid {child.pid} on " in message and "\n" not in message
+        assert not (run_dir / "predictions.jsonl").exists()  # nothing written beside the holder
+    finally:
+        child.kill()
+        child.wait()
+    caplog.set_level("INFO", logger="clag.running.folder")
+    finished = run(run_dir)  # the holder is gone (killed): its lock went with it
+    assert (finished / "metrics.json").exists()
+    assert f"taking over from pid {child.pid} on " in caplog.text
+    with RunFolder(run_dir).hold(), pytest.raises(RunFolderError):  # one process, two holds: refused too
+        with RunFolder(run_dir).hold():
+            pass
+
+
+def test_a_slice_that_asks_nothing_says_so(tmp_path) -> None:
+    from clag.data import DatasetError
+
+    with pytest.raises(DatasetError, match="the slice asks nothing: 1 episode"):
+        run(tmp_path / "run", "limit.questions=0")
+    assert not (tmp_path / "run" / "metrics.json").exists()

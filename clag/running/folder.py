@@ -7,6 +7,15 @@ folder that holds another config's run is refused with one line naming both
 hashes and the keys that differ, unless the caller asked for the old run to
 be moved aside first (``runner.on_config_mismatch=move_aside``).
 
+A folder is used by one live process at a time (:meth:`RunFolder.hold`): the
+holder keeps an exclusive ``flock`` on ``.<folder>.holder`` beside the folder
+(beside, so that moving an old run aside keeps the lock) and writes its pid,
+host and start time there; a second process is refused with one line naming the
+holder. The kernel drops the lock when its process dies, however it dies, so
+a holder that is gone is taken over with a note, never waited for. (``flock``
+is local to one machine on some network filesystems: on a cluster, give each
+job its own run folder, as a sweep does.)
+
 Every JSONL file of a run is read one way (:func:`read_jsonl`): complete
 lines are rows; a last line without its newline is a write cut off by a kill
 and is dropped (the append logs cut it from the file, so the next row starts
@@ -16,11 +25,15 @@ left in the file.
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import json
 import logging
 import os
+import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +191,44 @@ class RunFolder:
         except (OSError, json.JSONDecodeError):
             return False
         return metrics.get("run", {}).get("config_hash") == config_hash
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """This process's exclusive use of the folder for the duration of the block.
+
+        Raises:
+            RunFolderError: Another live process holds the folder (the line names it).
+        """
+        lock = self.path.parent / f".{self.path.name}.holder"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = lock.open("a+")
+        except OSError as err:
+            raise _write_error(lock, err) from err
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise RunFolderError(
+                    f"{self.path} is in use by {holder}; wait for that run to end or stop it, "
+                    "or give this run another run_dir"
+                ) from None
+            handle.seek(0)
+            if previous := handle.read().strip():
+                log.info("%s: taking over from %s, which is gone", self.path, previous)
+            handle.seek(0)
+            handle.truncate()
+            started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()} (since {started})")
+            handle.flush()
+            try:
+                yield
+            finally:
+                handle.truncate(0)  # released in order: nothing to take over
+        finally:
+            handle.close()  # closing the file drops the lock
 
     def claim(self, spec: RunSpec, on_mismatch: str = "refuse") -> None:
         """Make the folder this run's: check whose run it holds, then write ``run.json`` and ``config.yaml``.

@@ -16,14 +16,16 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from clag.answer import Answerer
-from clag.data import load_slice
+from clag.data import DatasetError, load_slice
 from clag.llm.base import GenerationConfig, LLMBackend
 from clag.memory.base import MemorySystem
 from clag.running.build import build_backend, build_client, build_embedder, seed_everything
 from clag.running.episode import answer_episode, prepare_memory
 from clag.running.folder import JsonlLog, RunFolder
+from clag.running.provenance import server_counters
 from clag.running.results import finish_run
 from clag.running.spec import RunSpec
 from clag.types import Episode
@@ -40,19 +42,35 @@ def execute(spec: RunSpec, wrap_backend: Callable[[LLMBackend], LLMBackend] | No
             before any call; the benchmark times calls with it.
 
     Raises:
-        RunFolderError: The folder holds another config's run, or the disk
-            refused a write (the message is one line; finished rows are kept).
+        RunFolderError: The folder holds another config's run, another live
+            process holds it, or the disk refused a write (the message is one
+            line; finished rows are kept).
+        DatasetError: The slice asks no question.
     """
     cfg = spec.cfg
     folder = RunFolder(spec.run_dir)
     if folder.is_finished(spec.config_hash):
         log.info("finished run found at %s; nothing to do", folder.path)
         return folder.path
+    with folder.hold():
+        return _execute_held(spec, folder, wrap_backend)
+
+
+def _execute_held(spec: RunSpec, folder: RunFolder, wrap_backend: Callable[[LLMBackend], LLMBackend] | None) -> Path:
+    """:func:`execute`'s body, with the folder held by this process."""
+    cfg = spec.cfg
+    if folder.is_finished(spec.config_hash):  # finished by another process since the check above
+        return folder.path
+    wall_start = time.perf_counter()
+    episodes = load_slice(cfg)
+    if not any(episode.questions for episode in episodes):
+        raise DatasetError(
+            f"the slice asks nothing: {len(episodes)} episode(s), 0 questions (limit: "
+            f"{OmegaConf.to_container(cfg.limit, resolve=True)}); a run needs at least one question"
+        )
     folder.claim(spec, on_mismatch=str(cfg.runner.get("on_config_mismatch", "refuse")))
     seed_everything(int(cfg.seed))
-    wall_start = time.perf_counter()
 
-    episodes = load_slice(cfg)
     workers = max(1, min(int(cfg.runner.concurrent_episodes), len(episodes)))
     backend = build_backend(cfg.model, concurrent=workers > 1, coalesce_wait_s=float(cfg.runner.coalesce_wait_s))
     if wrap_backend is not None:
@@ -62,6 +80,7 @@ def execute(spec: RunSpec, wrap_backend: Callable[[LLMBackend], LLMBackend] | No
         # Loads the weights and compiles kernels outside every timed question.
         backend.generate(["Hello"], GenerationConfig(max_new_tokens=2))
         embedder.encode(["warm-up"])
+    counters_at_start = server_counters(backend)  # after the warm-up: the run's own work only
     predictions = JsonlLog(folder.predictions, "question_id", spec.config_hash)
     episode_log = JsonlLog(folder.episodes, "episode_id", spec.config_hash)
     structure = {episode_id: record.get("structure", {}) for episode_id, record in episode_log.rows.items()}
@@ -106,5 +125,5 @@ def execute(spec: RunSpec, wrap_backend: Callable[[LLMBackend], LLMBackend] | No
             )
 
     rows = [predictions.rows[q.id] for ep in episodes for q in ep.questions if q.id in predictions.rows]
-    finish_run(spec, folder, rows, episodes, episode_log.rows, structure, backend, wall_start)
+    finish_run(spec, folder, rows, episodes, episode_log.rows, structure, backend, wall_start, counters_at_start)
     return folder.path
