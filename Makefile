@@ -51,7 +51,7 @@ DEMO_ENGINE ?= vllm
 DEMO_JOBS ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference reference-status reference-replay demo test test-fast lint run tables bench reproduce notebook clean
+.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference reference-status reference-replay demo test test-all test-fast lint run tables bench reproduce notebook clean bench-ceiling bench-workload
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9._-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -110,11 +110,14 @@ reference-replay: install ## Replay every finished reference run from the commit
 		$(PY) -m clag.running.replay --shards $(REFERENCE)/llm_cache --scratch $(REFERENCE_REPLAY) $$grid $(REFERENCE_ARGS) || status=1; \
 	done; exit $$status
 
-test: install vllm ## Run the whole test suite (real offline model and a real vLLM server included)
-	$(PY) -m pytest -q
+test: install vllm ## The test suite (real offline model and one real vLLM server included; < 10 min on 2 cores)
+	$(PY) -m pytest -q -m "not slow" --durations=15
+
+test-all: install vllm ## Every test, the long checks marked `slow` too (~20 min on 2 cores)
+	$(PY) -m pytest -q --durations=15
 
 test-fast: install ## Tests that do not load the LLM
-	$(PY) -m pytest -q -m "not model"
+	$(PY) -m pytest -q -m "not model and not slow"
 
 lint: install ## ruff
 	$(VENV)/bin/ruff check clag baselines scripts tests
@@ -127,6 +130,12 @@ tables: install ## Render every paper table from finished runs into results/tabl
 
 bench: install vllm ## Throughput benchmark (harness, and vLLM against transformers) into results/bench/
 	$(PY) -m benchmarks $(BENCH_ARGS)
+
+bench-ceiling: model-1.5b ## The CPU's matmul rate and bandwidth, and the LLM ceilings they allow (1 min), into results/bench/ceiling/
+	$(PY) -m benchmarks.ceiling --models qwen2.5-0.5b qwen2.5-1.5b
+
+bench-workload: install vllm ## The fixed cold workload per serving setting (~25 min each, idle machine) into results/bench/workload/
+	$(PY) -m benchmarks.workload $(BENCH_ARGS)
 
 reproduce: install ## The paper's full protocol on Qwen3 (GPU + network); resumable
 	for e in table1 table5 table7 table9 table10; do \
