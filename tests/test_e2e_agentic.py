@@ -1,9 +1,9 @@
 """A-mem and CLAG end to end with the real offline model on a tiny LoCoMo slice.
 
 The slice is chosen so that every part of CLAG runs: the cold-start buffer
-``n`` is lowered to 4, so the first 4 notes are buffered, K-Means makes 2
+``n`` is lowered to 3, so the first 3 notes are buffered, K-Means makes 2
 clusters, the last 3 notes are routed by the SLM, and ``tau_split=2`` forces
-a split at the final consolidation. A-mem ingests the same first 4 items
+a split at the final consolidation. A-mem ingests the same first 3 items
 first; CLAG's notes and its pre-clustering evolution calls are then the
 same prompts and come from the call cache (that is why ``k_local`` equals
 A-mem's ``k_neighbours`` here, and both are 1: evolution answers are the
@@ -24,7 +24,7 @@ from clag.run import run_with_overrides
 
 pytestmark = pytest.mark.model
 
-CLAG_ITEMS, AMEM_ITEMS, BUFFER = 7, 4, 4
+CLAG_ITEMS, AMEM_ITEMS, BUFFER = 6, 3, 3
 SHARED = ["dataset=locomo", "model=qwen2.5-0.5b", "limit.episodes=1", "runner.progress=false"]
 SMALL = ["method.system.k_local=1"]
 

@@ -371,6 +371,7 @@ GAM_STAGES = ("plan", "integrate", "reflect")
 
 
 @pytest.mark.model
+@pytest.mark.slow  # make test-all; make test: GAM on the real model in test_vllm_engine.py
 def test_end_to_end_on_a_small_locomo_slice(tmp_path, data_dir):
     """Two questions over 20 LoCoMo turns, two research rounds, small completion caps (~2 min on CPU)."""
     from clag.run import run_with_overrides

@@ -419,6 +419,7 @@ def test_configs_instantiate_the_paper_and_locomo_eval_presets(embedder, method,
 
 
 @pytest.mark.model
+@pytest.mark.slow  # make test-all; make test: MemoryOS on the real model in test_vllm_engine.py
 def test_end_to_end_run_on_a_real_locomo_slice(tmp_path, embedder):
     """12 LoCoMo turns (6 pages; a queue of 2 sends 4 to mid-term), 2 questions, the real 0.5B model.
 

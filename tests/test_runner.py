@@ -144,12 +144,13 @@ def test_bad_data_file_gives_one_line_error(tmp_path, data_dir, damage):
     assert len(errors) == 1 and "locomo10.json" in errors[0]
 
 
+@pytest.mark.slow  # make test-all; concurrent episodes without the model: test_run_folder.py
 def test_concurrent_episodes_match_sequential(tmp_path):
     """Three BioASQ memories side by side give the sequential run's predictions.
 
     In float32: bf16 matmuls and int8 activation scales of a padded batch round
     differently from a single sequence, which can flip a near-tie greedy token
-    (see README, Throughput).
+    (see docs/throughput.md).
     """
     common = [
         "method=rag",

@@ -257,6 +257,7 @@ def test_int8_quantized_model_answers_like_float32(small: TransformersBackend) -
 
 
 @pytest.mark.model
+@pytest.mark.slow  # make test-all: exact but long; make test's vLLM server loads it
 def test_dequantized_checkpoint_holds_exactly_the_gguf_weights(tmp_path: Path) -> None:
     """The saved float32 checkpoint that replaces the slow GGUF parse on every later load."""
     import shutil
