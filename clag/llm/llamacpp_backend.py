@@ -2,7 +2,7 @@
 
 Optional extra ``llamacpp``; nothing in the default path imports it. On
 this CPU it decodes ~2x faster than transformers one sequence at a time and
-loads in well under a second (README: Throughput), but it
+loads in well under a second (docs/throughput.md), but it
 generates one prompt after another: transformers with batches is the faster
 choice when many prompts arrive together. Build it with
 ``CMAKE_ARGS="-DGGML_NATIVE=OFF"``: a native build segfaults here on AMX.

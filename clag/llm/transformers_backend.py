@@ -257,7 +257,7 @@ def _effective_dtype(dtype: str, device: str) -> str:
     """The dtype a backend really runs: ``auto`` chosen from the machine, ``bfloat16`` only where native.
 
     ``auto``: on the CPU, ``bfloat16`` with native bf16 (:func:`cpu_has_native_bf16`), else ``int8``
-    (measured on an AVX-512 BF16 EPYC and an AVX2-only CPU: README, Throughput); on a GPU, ``bfloat16``
+    (measured on an AVX-512 BF16 EPYC and an AVX2-only CPU: docs/throughput.md); on a GPU, ``bfloat16``
     where supported, else ``float16``.
     """
     import torch

@@ -29,7 +29,7 @@ Faithful details kept from the authors' code:
 - An unusable note answer gives keywords ``[]``, context ``"General"``,
   tags ``[]``; an unusable evolution answer changes nothing.
 
-Robustness choices of ours (small models, see README: Models), all counted in
+Robustness choices of ours (small models, see docs/running.md: Models), all counted in
 :meth:`AgenticCore.describe`:
 
 - ``strict_links`` (default on) keeps only suggested connections that are
