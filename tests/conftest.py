@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -28,53 +29,60 @@ def data_dir() -> Path:
                     "`CLAG_DATA_DIR=$PWD/data pytest ...` (see docs/running.md: Data)")
     path = Path(os.environ["CLAG_DATA_DIR"])
     if not (path / "locomo" / "locomo10.json").exists():
-        pytest.fail(f"CLAG_DATA_DIR={path} does not hold the benchmark data: run `make data` (see docs/running.md: Data)")
+        pytest.fail(f"CLAG_DATA_DIR={path} does not hold the benchmark data: run `make data` "
+                    "(see docs/running.md: Data)")
     return path
 
 
 class SessionServer:
-    """The session's one vLLM server (the offline model), started in a thread as soon as collection
-    shows that a test will use it, so that its start (~2-3 min on 2 cores) overlaps the tests before
-    them; stopped when the session ends, unless it was already running before the session."""
+    """The session's one vLLM server (the offline model), started by ``python -m clag.llm.serve start``
+    in a child process as soon as collection shows that a selected test will use it, so that its start
+    (~3 min on 2 cores) overlaps the tests before them; stopped when the session ends, unless it was
+    already running before the session. (A child, not a thread: the start imports and hashes while the
+    tests run, and nothing of it must wait on the test process's locks.)"""
+
+    # Eager mode: it starts ~100 s sooner on a CPU (no torch.compile warm-up); the tests time nothing.
+    OVERRIDES = ("model=qwen2.5-0.5b", "model.serve.extra_args=[--enforce-eager]")
+    NAME = "qwen2.5-0.5b"
 
     def __init__(self) -> None:
-        self.server: object | None = None
-        self.thread: threading.Thread | None = None
-        self.error: Exception | None = None
+        self.starter: subprocess.Popen[str] | None = None
+        self.output: IO[str] | None = None
+        self.ours = False
 
     def start(self) -> None:
         from clag.llm import serve
 
-        # Eager mode: it starts ~100 s sooner on a CPU (no torch.compile warm-up); the tests time nothing.
-        spec = serve.compose_spec(["model=qwen2.5-0.5b", "model.serve.extra_args=[--enforce-eager]"])
-        self.server = serve.VLLMServer(spec, timeout_s=900)
-
-        def enter() -> None:
-            try:
-                self.server.__enter__()
-            except serve.ServeError as err:
-                self.error = err
-
-        self.thread = threading.Thread(target=enter, name="vllm-session-server", daemon=True)
-        self.thread.start()
+        self.ours = serve.read_state(self.NAME) is None
+        self.output = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty start never blocks on it
+        self.starter = subprocess.Popen(
+            [sys.executable, "-m", "clag.llm.serve", "start", *self.OVERRIDES, "--timeout", "900"],
+            stdout=self.output, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
 
     def wait(self) -> object:
-        """The running server's state; the start's error re-raised."""
-        if self.thread is None:
+        """The running server's state; the start's last lines if it failed."""
+        from clag.llm import serve
+
+        if self.starter is None:
             self.start()
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.server.state
+        self.starter.wait()
+        state = serve.read_state(self.NAME)
+        if self.starter.returncode or state is None:
+            self.output.seek(0)
+            raise serve.ServeError(" | ".join(self.output.read().strip().splitlines()[-3:]))
+        return state
 
     def stop(self) -> None:
-        if self.thread is None:
+        if self.starter is None:
             return
         from clag.llm import serve
 
-        if self.server.started or self.thread.is_alive():  # ours, or still starting: its state file names it
-            serve.stop(self.server.spec.name)
-        self.thread.join(timeout=60)
+        if self.starter.poll() is None:  # still starting: end the starter, then the server it launched
+            self.starter.terminate()
+            self.starter.wait(timeout=60)
+        if self.ours:
+            serve.stop(self.NAME)
 
 
 SESSION_SERVER = SessionServer()

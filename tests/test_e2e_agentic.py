@@ -2,7 +2,7 @@
 
 The slice is chosen so that every part of CLAG runs: the cold-start buffer
 ``n`` is lowered to 3, so the first 3 notes are buffered, K-Means makes 2
-clusters, the last 3 notes are routed by the SLM, and ``tau_split=2`` forces
+clusters, the last 2 notes are routed by the SLM, and ``tau_split=2`` forces
 a split at the final consolidation. A-mem ingests the same first 3 items
 first; CLAG's notes and its pre-clustering evolution calls are then the
 same prompts and come from the call cache (that is why ``k_local`` equals
@@ -24,7 +24,7 @@ from clag.run import run_with_overrides
 
 pytestmark = pytest.mark.model
 
-CLAG_ITEMS, AMEM_ITEMS, BUFFER = 6, 3, 3
+CLAG_ITEMS, AMEM_ITEMS, BUFFER = 5, 3, 3
 SHARED = ["dataset=locomo", "model=qwen2.5-0.5b", "limit.episodes=1", "runner.progress=false"]
 SMALL = ["method.system.k_local=1"]
 
@@ -59,7 +59,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str, 
             *common,
             "method=clag",
             f"limit.items={CLAG_ITEMS}",
-            "limit.questions=2",
+            "limit.questions=1",
             *clag_overrides,
             f"run_dir={root / 'clag'}",
         ]
@@ -69,7 +69,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str, 
             *common,
             "method=clag",
             f"limit.items={CLAG_ITEMS}",
-            "limit.questions=2",
+            "limit.questions=1",
             *clag_overrides,
             "method.system.retrieval=global",
             f"runner.reuse_memory_from={clag}",
@@ -120,7 +120,7 @@ def test_clag_structure_and_calls_per_item(runs):
 
 def test_clag_questions_carry_cluster_telemetry_and_metrics(runs):
     rows = read_jsonl(runs["clag"] / "predictions.jsonl")
-    assert len(rows) == 2
+    assert len(rows) == 1
     for row in rows:
         tele = row["telemetry"]
         assert row["usage"]["pick"]["json_calls"] == 1 and row["usage"]["keywords"]["json_calls"] == 1
@@ -129,7 +129,7 @@ def test_clag_questions_carry_cluster_telemetry_and_metrics(runs):
         assert set(row["timings_ms"]) >= {"keywords", "pick", "search", "answer"}
         assert row["retrieved_ids"]
     metrics = json.loads((runs["clag"] / "metrics.json").read_text())
-    assert metrics["n"] == 2 and metrics["overall"]["f1"]["n"] == 2
+    assert metrics["n"] == 1 and metrics["overall"]["f1"]["n"] == 1
     assert metrics["structure"]["conv-26"]["clusters"] >= 2
 
 
@@ -138,7 +138,7 @@ def test_reloaded_memory_answers_with_global_retrieval_and_no_ingestion(runs):
         runs["clag_global"] / "episodes.jsonl"
     )
     rows = read_jsonl(runs["clag_global"] / "predictions.jsonl")
-    assert len(rows) == 2
+    assert len(rows) == 1
     for row in rows:
         assert set(row["usage"]) == {"keywords"}
         assert row["telemetry"]["mode"] == "global" and row["telemetry"]["clusters"] >= 2

@@ -217,6 +217,7 @@ def test_cli_names_a_folder_that_is_no_run(tmp_path, capsys):
 
 
 @pytest.mark.model
+@pytest.mark.slow  # make test-all; make test judges with the real model at a run's end in test_compare.py
 def test_real_judge_on_locomo_rows(tmp_path, data_dir):
     """Four real LoCoMo questions, gold copied vs an unrelated answer, judged by the 0.5B model with both prompts."""
     from omegaconf import OmegaConf

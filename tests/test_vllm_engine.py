@@ -2,7 +2,7 @@
 
 One session-scoped server (``vllm_server`` in conftest.py, ~2 min to start
 on this CPU) serves all of it; the slices are tiny (one LoCoMo conversation,
-4 turns, 1 question), so the file costs a few minutes:
+3 turns, 1 question), so the file costs a few minutes:
 
 * the five methods run as one sweep, side by side (Hydra's joblib launcher,
   ``hydra/launcher=parallel``), all feeding the one server;
@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 REPO = Path(__file__).resolve().parent.parent
 METHODS = ("rag", "amem", "clag", "gam", "memoryos")
-SLICE = ["dataset=locomo", "limit.episodes=1", "limit.items=4", "limit.questions=1", "runner.progress=false"]
+SLICE = ["dataset=locomo", "limit.episodes=1", "limit.items=3", "limit.questions=1", "runner.progress=false"]
 SERVED = ["model=qwen2.5-0.5b", "engine=vllm"]
 
 
@@ -187,7 +187,7 @@ def test_a_server_dying_mid_run_stops_it_clearly_and_the_resume_loses_nothing(
             ]
         )  # fmt: skip
 
-    # A-mem on 4 turns: one batch of 4 note calls, then one evolution call at a time; the proxy dies
+    # A-mem on 3 turns: one batch of 3 note calls, then one evolution call at a time; the proxy dies
     # among those (a prompt answered inside a batch that then fails is not cached: the batch is redone)
     dying = Proxy(vllm_server.url, serve_requests=5)
     with pytest.raises(ServerError) as error:
