@@ -237,14 +237,48 @@ def ceiling_rows(shape: ModelShape, rates: dict[str, Any], dtype: str = "bfloat1
     return rows
 
 
-def run(models: list[str], rounds: int = 3) -> dict[str, Any]:
-    """Rates measured once (at the first model's MLP shape) and every model's ceilings from them."""
+def engine_rows(model: str, shape: ModelShape, rates: dict[str, Any]) -> list[dict[str, Any]]:
+    """The in-process engine (transformers, the model's ``dtype: auto``) measured against the ceilings:
+    prefill of one ~1,000-token prompt, and decoding 64 tokens at 1 and 8 sequences (short prompts).
+    vLLM's rate is the fixed workload's (``benchmarks.workload``): a served engine needs minutes to start."""
+    from benchmarks.throughput import LLM_PROMPTS, _compose
+    from clag.llm.base import GenerationConfig
+    from clag.running.build import build_backend
+
+    backend = build_backend(_compose([f"model={model}", "engine=transformers"]).model)
+    backend.generate(["Hello"], GenerationConfig(max_new_tokens=2))  # load and warm up, untimed
+    dtype = str(backend.identity().get("dtype"))
+    long_prompt = " ".join(f"On day {i} the team met at the old library to plan the trip." for i in range(70))
+    rows = []
+    for label, prompts, new_tokens in (("prefill, 1 prompt", [long_prompt], 1),
+                                       ("decode, 1 sequence", list(LLM_PROMPTS[:1]), 64),
+                                       ("decode, 8 sequences", list(LLM_PROMPTS[:8]), 64)):  # fmt: skip
+        start = time.perf_counter()
+        done = backend.generate(prompts, GenerationConfig(max_new_tokens=new_tokens))
+        seconds = time.perf_counter() - start
+        prompt_tokens = sum(c.prompt_tokens for c in done)
+        if new_tokens == 1:
+            rate, ceiling = prompt_tokens / seconds, prefill_ceiling(shape, rates[f"{dtype}_gflops"], prompt_tokens)
+        else:
+            context = prompt_tokens // len(prompts) + new_tokens // 2
+            rate = sum(c.completion_tokens for c in done) / seconds
+            ceiling = decode_ceiling(shape, rates[f"{dtype}_gflops"], rates["read_gbps"], len(prompts), context, dtype)
+        rows.append({"engine": f"transformers {dtype}", "measured": label, "tok_s": rate, "ceiling_tok_s": ceiling,
+                     "fraction": rate / ceiling})  # fmt: skip
+    return rows
+
+
+def run(models: list[str], rounds: int = 3, engines: bool = True) -> dict[str, Any]:
+    """Rates measured once (at the first model's MLP shape), every model's ceilings from them, and the
+    in-process engine on the first model as a fraction of its ceilings."""
     from benchmarks.throughput import machine_info
 
     shapes = [model_shape(model) for model in models]
     rates = measure(shapes[0], rounds)
     rows = [row for shape in shapes for dtype in ("bfloat16", "int8") for row in ceiling_rows(shape, rates, dtype)]
-    return {"machine": machine_info(), "rates": rates, "shapes": [asdict(s) for s in shapes], "ceilings": rows}
+    results = {"machine": machine_info(), "rates": rates, "shapes": [asdict(s) for s in shapes], "ceilings": rows}
+    results["engines"] = engine_rows(models[0], shapes[0], rates) if engines else []
+    return results
 
 
 def render(results: dict[str, Any]) -> str:
@@ -268,6 +302,12 @@ def render(results: dict[str, Any]) -> str:
     for row in results["ceilings"]:
         decode = " | ".join(f"{row[f'decode_{s}_tok_s']:.0f}" for s in STREAMS)
         lines.append(f"| {row['model']} | {row['dtype']} | {row['context']} | {row['prefill_tok_s']:.0f} | {decode} |")
+    if results.get("engines"):
+        lines += ["", f"| engine ({results['shapes'][0]['name']}) | measured | tok/s | ceiling tok/s | fraction |",
+                  "|---|---|---|---|---|"]
+        for row in results["engines"]:
+            lines.append(f"| {row['engine']} | {row['measured']} | {row['tok_s']:.1f} | "
+                         f"{row['ceiling_tok_s']:.0f} | {row['fraction']:.0%} |")
     lines += ["", "Assumptions: " + " ".join(__doc__.split("Assumptions (the report repeats them): ")[1].split())]
     return "\n".join(lines) + "\n"
 
@@ -276,10 +316,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["qwen2.5-0.5b"], help="configs/model names")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-engines", dest="engines", action="store_false", help="rates and ceilings only")
     parser.add_argument("--out", type=Path, default=Path("results/bench/ceiling"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
-    results = run(args.models, args.rounds)
+    results = run(args.models, args.rounds, args.engines)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "raw.json").write_text(json.dumps(results, indent=2))
     (args.out / "report.md").write_text("# The CPU's ceiling\n\n" + render(results))

@@ -102,3 +102,23 @@ def test_every_setting_names_a_distinct_sweep(tmp_path) -> None:
     assert len(commands) == len(workload.SETTINGS)
     today = workload.SETTINGS[0].sweep_command(tmp_path)
     assert "cache.enabled=false" in today and "scale=workload" in today and "hydra.launcher.n_jobs=4" in today
+
+
+LOG = """(APIServer pid=1) INFO 12-03 10:08:41 [loggers.py:335] Engine 000: Avg prompt throughput: 235.9 tokens/s, \
+Avg generation throughput: 115.2 tokens/s, Running: 126 reqs, Waiting: 19 reqs, CPU KV cache usage: 6.8%
+(APIServer pid=1) INFO 12-03 10:08:51 [loggers.py:335] Engine 000: Avg prompt throughput: 0.0 tokens/s, \
+Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.0%
+(APIServer pid=1) INFO 12-03 10:39:48 [loggers.py:335] Engine 000: Avg prompt throughput: 0.0 tokens/s, \
+Avg generation throughput: 30.0 tokens/s, Running: 2 reqs, Waiting: 0 reqs, CPU KV cache usage: 1.6%
+"""
+
+
+def test_the_engine_log_says_how_busy_the_cpu_was(shape) -> None:
+    stats = workload.engine_stats(LOG)
+    assert stats == [(126, 235.9, 115.2), (2, 0.0, 30.0)]  # the idle line is left out
+    phases = workload.engine_phases(stats, shape, gflops=400.0, context=0)
+    assert phases["few_streams_share"] == 0.5
+    busy = (235.9 * shape.flops_per_token(0, False) + 115.2 * shape.flops_per_token(0, True)) / 400e9
+    assert phases["utilisation_many_streams"] == pytest.approx(busy)
+    assert phases["utilisation_few_streams"] == pytest.approx(30.0 * shape.flops_per_token(0, True) / 400e9)
+    assert workload.engine_phases([], shape, 400.0, 0)["utilisation"] is None

@@ -219,6 +219,9 @@ class ServerSpec:
             (``VLLM_CPU_NUM_OF_RESERVED_CPU``); None = :func:`default_reserved_cpus`.
         chunked_prefill: Split long prompts' prefill across engine steps; None = on a GPU only
             (:func:`scheduler_args` says why not on a CPU).
+        block_size: KV-cache block size in tokens (``--block-size``); None = the engine's own
+            (128 on a CPU). Only whole blocks enter the prefix cache, so smaller blocks let shorter
+            shared prefixes hit.
         extra_args: More ``api_server`` arguments, as is.
     """
 
@@ -230,6 +233,7 @@ class ServerSpec:
     kv_cache_gib: float = 2
     reserved_cpus: int | None = None
     chunked_prefill: bool | None = None
+    block_size: int | None = None
     extra_args: list[str] = field(default_factory=list)
 
     @classmethod
@@ -245,6 +249,7 @@ class ServerSpec:
             kv_cache_gib=float(serve.get("kv_cache_gib", 2)),
             reserved_cpus=None if serve.get("reserved_cpus") is None else int(serve.reserved_cpus),
             chunked_prefill=None if serve.get("chunked_prefill") is None else bool(serve.chunked_prefill),
+            block_size=None if serve.get("block_size") is None else int(serve.block_size),
             extra_args=[str(arg) for arg in serve.get("extra_args") or []],
         )
 
@@ -424,6 +429,7 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
     extra_args = [
         *(["--revision", spec.revision] if spec.revision else []),
         *scheduler_args(spec.chunked_prefill, spec.max_model_len),
+        *(["--block-size", str(spec.block_size)] if spec.block_size else []),
         *spec.extra_args,
     ]
     command = [
