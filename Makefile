@@ -110,7 +110,7 @@ reference-replay: install ## Replay every finished reference run from the commit
 		$(PY) -m clag.running.replay --shards $(REFERENCE)/llm_cache --scratch $(REFERENCE_REPLAY) $$grid $(REFERENCE_ARGS) || status=1; \
 	done; exit $$status
 
-test: install vllm ## The test suite (real offline model and one real vLLM server included; < 10 min on 2 cores)
+test: install vllm ## The test suite (real offline model and one real vLLM server included; 10-12 min on 2 cores)
 	$(PY) -m pytest -q -m "not slow" --durations=15
 
 test-all: install vllm ## Every test, the long checks marked `slow` too (~20 min on 2 cores)
@@ -120,7 +120,7 @@ test-fast: install ## Tests that do not load the LLM
 	$(PY) -m pytest -q -m "not model and not slow"
 
 lint: install ## ruff
-	$(VENV)/bin/ruff check clag baselines scripts tests
+	$(VENV)/bin/ruff check clag baselines benchmarks scripts tests
 
 run: install ## One run, e.g. make run ARGS="method=clag dataset=locomo limit.questions=20"
 	$(PY) -m clag.run $(ARGS)

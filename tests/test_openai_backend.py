@@ -46,7 +46,7 @@ class ScriptedServer:
                 elif self.path == "/metrics":  # Prometheus text, as vLLM writes it
                     text = (
                         "# HELP vllm:request_success_total Count of successfully processed requests.\n"
-                        f'vllm:request_success_total{{finished_reason="stop",model_name="m"}} {len(server.requests)}.0\n'
+                        f'vllm:request_success_total{{model_name="m"}} {len(server.requests)}.0\n'
                         f'vllm:prompt_tokens_total{{model_name="m"}} {10 * len(server.requests)}.0\n'
                     ).encode()
                     self.send_response(200)

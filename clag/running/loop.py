@@ -47,7 +47,6 @@ def execute(spec: RunSpec, wrap_backend: Callable[[LLMBackend], LLMBackend] | No
             line; finished rows are kept).
         DatasetError: The slice asks no question.
     """
-    cfg = spec.cfg
     folder = RunFolder(spec.run_dir)
     if folder.is_finished(spec.config_hash):
         log.info("finished run found at %s; nothing to do", folder.path)
