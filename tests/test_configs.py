@@ -28,7 +28,6 @@ GROUPS = ("method", "dataset", "engine", "model", "embedder", "logger", "scale",
 LAUNCHER_PLUGINS = {
     "parallel": "hydra_plugins.hydra_joblib_launcher",
     "slurm": "hydra_plugins.hydra_submitit_launcher",
-    "ray": "hydra_plugins.hydra_ray_launcher",
 }
 
 
