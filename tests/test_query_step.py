@@ -12,27 +12,14 @@ import sys
 
 import pytest
 from hydra.utils import get_class, instantiate
+from sample_turns import ITEMS, QUESTION
 from scripted_llm import ScriptedBackend
 
 from clag.config import compose_config
 from clag.embed import Embedder
 from clag.llm.client import LLMClient
-from clag.types import Item, Question
 
 KEYWORD_MS = 123.0
-ITEMS = [
-    Item(f"D1:{i}", text, "1:56 pm on 8 May, 2023", speaker, "session_1")
-    for i, (speaker, text) in enumerate(
-        [
-            ("Caroline", "I went to a LGBTQ support group yesterday."),
-            ("Melanie", "That sounds great! I painted a lake at sunrise."),
-            ("Caroline", "I want to become a counselor."),
-            ("Melanie", "We went camping in the mountains last week."),
-        ],
-        start=1,
-    )
-]
-QUESTION = Question("q1", "What did Caroline go to?", "a support group", 4, ("D1:1",))
 
 
 @pytest.fixture(scope="module")
