@@ -36,6 +36,7 @@ sampler, tokenisation or HTTP.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import time
@@ -197,8 +198,10 @@ def memory_gbps(nbytes: int = BANDWIDTH_BYTES, rounds: int = 3) -> dict[str, flo
     return {"read_gbps": read, "copy_gbps": copy}
 
 
+@functools.cache
 def model_shape(model: str) -> ModelShape:
-    """The shape of a configured model (``configs/model/<model>.yaml``), read from its own files."""
+    """The shape of a configured model (``configs/model/<model>.yaml``), read from its own files once
+    per process (a GGUF's metadata is parsed in Python: seconds, and every report render asks)."""
     from transformers import AutoConfig
 
     from clag.config import compose_config
