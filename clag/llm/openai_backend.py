@@ -107,13 +107,13 @@ class OpenAICompatibleBackend:
         self.max_concurrency = max(1, max_concurrency)
         self.timeout_s = timeout_s
         self.extra_body = dict(extra_body or {})
-        self._url: str | None = None
+        self._root: str | None = None
         self._identity: dict[str, Any] | None = None
 
     @property
-    def url(self) -> str:
-        """The completions endpoint, resolved once (through :mod:`clag.llm.serve` when ``base_url`` is unset)."""
-        if self._url is None:
+    def root(self) -> str:
+        """The server's root URL, resolved once (through :mod:`clag.llm.serve` when ``base_url`` is unset)."""
+        if self._root is None:
             base_url = self.base_url
             if base_url is None:
                 from clag.llm.serve import ServeError, running_url
@@ -122,9 +122,13 @@ class OpenAICompatibleBackend:
                     base_url = running_url(self.model)
                 except ServeError as err:
                     raise ServerError(str(err)) from err
-            root = base_url.rstrip("/").removesuffix("/v1")
-            self._url = f"{root}/v1/chat/completions" if self.prompt_format == "chat" else f"{root}/v1/completions"
-        return self._url
+            self._root = base_url.rstrip("/").removesuffix("/v1")
+        return self._root
+
+    @property
+    def url(self) -> str:
+        """The completions endpoint."""
+        return f"{self.root}/v1/chat/completions" if self.prompt_format == "chat" else f"{self.root}/v1/completions"
 
     def identity(self) -> dict[str, Any]:
         """Served name, weights fingerprint, dtype, prompt format and extra request
@@ -153,10 +157,10 @@ class OpenAICompatibleBackend:
         so only the server can say which version answered. Empty when this run never reached a
         server (a fully cached rerun) or the server has no such endpoint.
         """
-        if self._url is None:
+        if self._root is None:
             return {}
         try:
-            with urllib.request.urlopen(f"{self._url.split('/v1/')[0]}/version", timeout=5) as response:
+            with urllib.request.urlopen(f"{self._root}/version", timeout=5) as response:
                 reported = json.load(response)
         except (OSError, ValueError):
             return {}
@@ -172,8 +176,7 @@ class OpenAICompatibleBackend:
         from clag.llm.serve import server_metrics
 
         try:
-            root = self.url.split("/v1/")[0]
-            return server_metrics(root)
+            return server_metrics(self.root)
         except (ServerError, OSError, ValueError):
             return {}
 
