@@ -150,6 +150,22 @@ def test_json_retry_then_fallback_are_counted(cache: CallCache) -> None:
     assert backend.calls[0][1].json_schema == ANSWER  # constrained decoding asked for
 
 
+@pytest.mark.parametrize("reject", [False, True])
+def test_a_reply_cut_off_at_its_budget_is_counted_and_rejected_when_asked(reject: bool) -> None:
+    def respond(prompt: str, config: GenerationConfig) -> str:  # the scripted backend counts words as tokens
+        return '{"answer": "Rome"}' if config.temperature > 0 else '{"answer": "Paris is the capital of'
+
+    backend = NamedBackend("m1", respond)
+    client = LLMClient(backend, defaults=GenerationConfig(max_new_tokens=6), reject_truncated_json=reject)
+    [value] = client.generate_json(["q"], stage="evolve", schema=ANSWER)
+    usage = client.usage.snapshot()["evolve"]
+    assert usage["truncated"] == 1  # the first reply used all 6 tokens: cut off, counted either way
+    if reject:  # never accepted after repair: retried, and the retry's whole reply is taken
+        assert value == {"answer": "Rome"} and (usage["parse_failures"], usage["retries"]) == (1, 1)
+    else:  # the committed reference's behaviour: json_repair closes the string and the half answer is kept
+        assert value == {"answer": "Paris is the capital of"} and usage["retries"] == 0
+
+
 def test_json_with_text_returns_the_raw_answer_for_fallbacks() -> None:
     client = LLMClient(NamedBackend("m1", respond=lambda prompt, config: "Paris, I think"))
     [(value, text)] = client.generate_json_with_text(["q"], stage="answer", schema=ANSWER)
@@ -186,6 +202,7 @@ def test_usage_diff_drops_idle_stages() -> None:
             "parse_failures": 0,
             "retries": 0,
             "fallbacks": 0,
+            "truncated": 0,
         }
     }
 

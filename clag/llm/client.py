@@ -31,7 +31,10 @@ USAGE_FIELDS = (
     "parse_failures",
     "retries",
     "fallbacks",
+    "truncated",
 )
+"""Per stage: calls, answered from the cache, tokens, JSON calls and their parse failures, retries and
+fallbacks, and completions that stopped at their token budget (``truncated``: the reply was cut off)."""
 
 
 class UsageMeter:
@@ -78,6 +81,9 @@ class LLMClient:
             this temperature with a fixed seed (a greedy retry would repeat itself).
         cache_only: Never call the backend: a call the cache lacks raises
             :class:`~clag.llm.cache.CallNotCached` (replays of recorded runs).
+        reject_truncated_json: A JSON reply that stopped at its token budget is a failure (retried,
+            then the caller's fallback), never accepted after repair; off keeps the repaired object, as
+            the committed reference ran. Truncated replies are counted either way (``truncated``).
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class LLMClient:
         json_retry_temperature: float = 0.7,
         retry_seed: int = 1234,
         cache_only: bool = False,
+        reject_truncated_json: bool = False,
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -99,6 +106,7 @@ class LLMClient:
         self.json_retry_temperature = json_retry_temperature
         self.retry_seed = retry_seed
         self.cache_only = cache_only
+        self.reject_truncated_json = reject_truncated_json
         self.usage = UsageMeter()
         self._identity = backend.identity()
 
@@ -134,8 +142,9 @@ class LLMClient:
         schema = dict(schema)
         json_schema = schema if self.constrained_json else None
         config = self.config_for(stage, json_schema=json_schema, **overrides)
-        texts = [c.text for c in self._complete(list(prompts), config, stage)]
-        results = [parse_json_object(text, schema) for text in texts]
+        completions = self._complete(list(prompts), config, stage)
+        texts = [c.text for c in completions]
+        results = [self._parse(c, config, schema) for c in completions]
         failed = [i for i, value in enumerate(results) if value is None]
         self.usage.add(stage, json_calls=len(prompts), parse_failures=len(failed))
         if failed:
@@ -144,11 +153,17 @@ class LLMClient:
             self.usage.add(stage, retries=len(failed))
             for i, completion in zip(failed, retried):
                 texts[i] = completion.text
-                results[i] = parse_json_object(completion.text, schema)
+                results[i] = self._parse(completion, retry, schema)
                 if results[i] is None:
                     log.debug("stage %s: unusable JSON after retry: %r", stage, completion.text[:200])
             self.usage.add(stage, fallbacks=sum(results[i] is None for i in failed))
         return list(zip(results, texts))
+
+    def _parse(self, completion: Completion, config: GenerationConfig, schema: Mapping[str, Any]) -> dict | None:
+        """The reply's JSON object, or None; a cut-off reply is None when truncated JSON is rejected."""
+        if self.reject_truncated_json and truncated(completion, config):
+            return None
+        return parse_json_object(completion.text, schema)
 
     def _keep_answered(self, err: Exception, generated: list[int], keys: list[str | None]) -> None:
         """Cache what a batch answered before it failed (``completed`` of the error, by position in
@@ -212,5 +227,11 @@ class LLMClient:
             cache_hits=len(prompts) - len(missing),
             prompt_tokens=sum(c.prompt_tokens for c in done),
             completion_tokens=sum(c.completion_tokens for c in done),
+            truncated=sum(truncated(c, config) for c in done),
         )
         return done
+
+
+def truncated(completion: Completion, config: GenerationConfig) -> bool:
+    """Whether a completion stopped at its token budget (its reply was cut off, not finished)."""
+    return completion.completion_tokens >= config.max_new_tokens
