@@ -61,7 +61,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock requirements-offline.txt sc
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIN) torch $(TORCH_PIP_ARGS)
-	$(PY) -m pip install -q $(PIN) -e '.[dev]'
+	$(PY) -m pip install -q $(PIN) -e '.[dev,launchers]'
 	$(if $(filter 1,$(OFFLINE_ASSETS)),$(PY) scripts/install_offline_assets.py,$(PY) -m pip install -q $(PIN) -e '.[constrained]')
 	touch $@
 

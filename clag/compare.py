@@ -28,7 +28,7 @@ import numpy as np
 from clag.metrics import paired_bootstrap
 from clag.metrics.aggregate import CATEGORY_SETS, MIN_INTERVAL_N, SUMMARY_KEYS, format_estimate
 from clag.metrics.scoring import category_label, category_number
-from clag.tables.collect import RunRecord, find_runs
+from clag.records.runs import RunRecord, find_runs
 
 DEFAULT_METRICS = ("f1", "bleu1", "meteor", "bert_f1", "rougeL", "exact_match", "j_lenient", "j_strict")
 
@@ -40,12 +40,15 @@ def paired_difference(
     categories: Sequence[int] | None = None,
     samples: int = 10000,
     seed: int = 0,
+    adversarial: str = "paper",
 ) -> dict[str, Any] | None:
     """A - B on ``metric`` over the questions both runs scored (optionally only ``categories``).
 
     Questions are matched by ``question_id``; a question either run left
     without a value (an unclear judge verdict, a skipped category) is left
-    out of the pair.
+    out of the pair. ``adversarial="official"`` scores LoCoMo's category 5 as
+    LoCoMo does (``adversarial_official``: 1 for an abstention, else 0) in
+    place of ``metric``, as ``metrics.adversarial_mode=official`` would.
 
     Returns:
         :func:`paired_bootstrap`'s dict plus ``wins_a``, ``wins_b``, ``ties``
@@ -53,11 +56,16 @@ def paired_difference(
     """
     wanted = set(categories) if categories is not None else None
 
+    def value(row: Mapping[str, Any]) -> Any:
+        if adversarial == "official" and row.get("adversarial_official") is not None:
+            return row["adversarial_official"]
+        return row.get(metric)
+
     def values(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
         return {
-            str(row["question_id"]): float(row[metric])
+            str(row["question_id"]): float(value(row))
             for row in rows
-            if row.get(metric) is not None and (wanted is None or category_number(row.get("category")) in wanted)
+            if value(row) is not None and (wanted is None or category_number(row.get("category")) in wanted)
         }
 
     a, b = values(rows_a), values(rows_b)

@@ -36,7 +36,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from clag.judge import PROMPTS as JUDGE_PROMPTS
+from clag.metrics.judge import PROMPTS as JUDGE_PROMPTS
 from clag.metrics.settings import ADVERSARIAL_MODES
 from clag.running.folder import MISMATCH_POLICIES
 
@@ -83,7 +83,7 @@ class RunnerSchema:
 
 @dataclass
 class JudgeSchema:
-    """``metrics.judge``: the LLM judge at the end of a run (see :mod:`clag.judge`)."""
+    """``metrics.judge``: the LLM judge at the end of a run (see :mod:`clag.metrics.judge`)."""
 
     enabled: bool = MISSING
     model: Optional[str] = MISSING

@@ -14,7 +14,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from clag.schema import Hardware
+from clag.records.schema import Hardware
 
 #: ``/proc/cpuinfo`` flags of a CPU that computes bf16 natively (AVX-512 BF16 dot products, AMX tiles).
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})

@@ -43,7 +43,7 @@ from clag.config_schema import ConfigError, validate_config
 from clag.data import DatasetError
 from clag.llm.cache import CacheError, CallNotCached
 from clag.llm.openai_backend import ServerError
-from clag.running.folder import RunFolderError
+from clag.records.files import RunFolderError
 from clag.running.loop import execute
 from clag.running.spec import RunSpec
 

@@ -1,6 +1,7 @@
 """Re-score a predictions file without rerunning any model that made it.
 
     python -m clag.score FILE.jsonl [--out OUT.jsonl] [--bert-model roberta-large] [--adversarial-mode official]
+    python -m clag.score --add-dates RUNS_DIR [RUNS_DIR ...]
 
 Reads rows with at least ``prediction`` and ``reference`` (the runner's
 ``predictions.jsonl`` qualifies), writes them back to ``--out`` (default
@@ -8,6 +9,13 @@ Reads rows with at least ``prediction`` and ``reference`` (the runner's
 ``clag.metrics.score_rows``, saves the aggregate next to it
 (``OUT.metrics.json`` unless ``--metrics-out``) and prints a summary.
 A malformed row stops the command with a message naming its line.
+
+``--add-dates`` brings finished runs scored before the date-aware score
+existed up to date, in place: each row gains ``date_match`` and
+``date_status`` (:mod:`clag.metrics.temporal`), and ``metrics.json``'s answer
+tables are recomputed from the rows with the run's own bootstrap settings.
+Every other score of a row is kept as it was (no model is loaded); a run whose
+rows all carry the score is left untouched.
 """
 
 from __future__ import annotations
@@ -19,7 +27,12 @@ import sys
 from pathlib import Path
 
 from clag.metrics import MetricSettings, aggregate_rows, score_rows
+from clag.metrics.aggregate import refresh_answer_tables
+from clag.metrics.scoring import answer_text
 from clag.metrics.settings import ADVERSARIAL_MODES
+from clag.metrics.temporal import date_match
+from clag.records.files import rewrite_jsonl, write_json
+from clag.records.runs import find_runs
 
 REQUIRED_KEYS = ("prediction", "reference")
 SUMMARY_COLUMNS = ("f1", "bleu1", "meteor", "bert_f1", "rougeL", "exact_match", "f1_official")
@@ -56,7 +69,9 @@ def read_rows(path: Path) -> list[dict]:
 def _parser() -> argparse.ArgumentParser:
     defaults = MetricSettings()
     parser = argparse.ArgumentParser(prog="python -m clag.score", description=__doc__.split("\n\n")[0])
-    parser.add_argument("file", type=Path, help="predictions JSONL")
+    parser.add_argument("file", type=Path, nargs="?", help="predictions JSONL")
+    parser.add_argument("--add-dates", type=Path, nargs="+", metavar="RUNS_DIR",
+                        help="add the date-aware score to the finished runs under each folder, in place")
     parser.add_argument("--out", type=Path, help="scored rows (default FILE.scored.jsonl)")
     parser.add_argument("--metrics-out", type=Path, help="aggregate JSON (default OUT.metrics.json)")
     parser.add_argument("--bert-model", default=defaults.bert_model, help="roberta-large = the paper's")
@@ -90,10 +105,38 @@ def format_summary(metrics: dict) -> str:
     return "\n".join(lines)
 
 
+def add_dates(runs_dir: Path) -> tuple[int, int]:
+    """Give every finished run under ``runs_dir`` the date-aware score; returns (runs updated, runs found)."""
+    runs = find_runs(runs_dir)
+    updated = 0
+    for run in runs:
+        rows = [dict(row) for row in run.predictions]
+        if all("date_match" in row for row in rows):
+            continue
+        for row in rows:
+            row["date_match"], row["date_status"] = date_match(
+                answer_text(row.get("prediction")), answer_text(row.get("answer", row.get("reference")))
+            )
+        metrics = dict(run.metrics)
+        refresh_answer_tables(metrics, rows, run.dataset or None)
+        rewrite_jsonl(run.path / "predictions.jsonl", rows)
+        write_json(run.path / "metrics.json", metrics)
+        updated += 1
+    return updated, len(runs)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Score FILE, write the scored rows and the aggregate; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.add_dates:
+        for runs_dir in args.add_dates:
+            updated, found = add_dates(runs_dir)
+            print(f"{runs_dir}: {updated} of {found} finished runs gained the date-aware score")
+        return 0
+    if args.file is None:
+        parser.error("give a predictions FILE, or --add-dates RUNS_DIR")
     settings = MetricSettings(
         bert_model=args.bert_model,
         bert_num_layers=args.bert_num_layers,

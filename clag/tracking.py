@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from clag.schema import Metrics, ScoredRow
+from clag.records.schema import Metrics, ScoredRow
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _machine_tags(metrics: Metrics) -> list[str]:
 def log_run(cfg: DictConfig, run_dir: Path, metrics: Metrics, rows: list[ScoredRow]) -> None:
     """Send one run to W&B; failures are logged, never raised.
 
-    The keys read are those of :mod:`clag.schema`; the engine and the machine
+    The keys read are those of :mod:`clag.records.schema`; the engine and the machine
     (``run.engine``, ``run.hardware``) become tags so W&B groups runs that may
     differ only because they ran elsewhere.
     """

@@ -13,7 +13,7 @@ from test_tables import write_run
 
 from clag.compare import compare_runs, load_run, main, paired_difference
 from clag.metrics import MetricSettings, aggregate_rows, paired_bootstrap
-from clag.tables.collect import find_runs
+from clag.records.runs import find_runs
 from clag.tables.paper import load_paper_table
 from clag.tables.render import compare_frame, render_all
 from clag.tables.specs import load_defaults, load_spec

@@ -9,7 +9,6 @@ same way they catch one on the command line.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 import typing
 from pathlib import Path
@@ -24,10 +23,10 @@ from clag.config_schema import SCHEMAS, ConfigError, validate_config
 
 ROOT = Path(CONFIG_DIR).parent
 GROUPS = ("method", "dataset", "engine", "model", "embedder", "logger", "scale", "experiment")
-# Launcher configs and the Hydra plugin each needs (launchers are an optional extra: `pip install '.[launchers]'`).
+# The Hydra plugin behind each kind of launcher config (both installed by `make install`).
 LAUNCHER_PLUGINS = {
     "parallel": "hydra_plugins.hydra_joblib_launcher",
-    "slurm": "hydra_plugins.hydra_submitit_launcher",
+    "cluster": "hydra_plugins.hydra_submitit_launcher",
 }
 
 
@@ -122,19 +121,26 @@ def test_a_wrong_value_is_one_line_naming_the_key_and_what_it_expects(override, 
     assert named in str(caught.value) and "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("launcher", sorted(p.stem for p in (Path(CONFIG_DIR) / "hydra" / "launcher").glob("*.yaml")))
-def test_every_launcher_config_composes(launcher):
-    plugin = LAUNCHER_PLUGINS.get(launcher)
-    assert plugin, f"configs/hydra/launcher/{launcher}.yaml: name its plugin in LAUNCHER_PLUGINS"
-    if importlib.util.find_spec(plugin.split(".")[0]) is None or importlib.util.find_spec(plugin) is None:
-        pytest.skip(f"{plugin} is not installed (pip install '.[launchers]')")
-    cfg = compose_config(["experiment=table9", f"hydra/launcher={launcher}"], return_hydra_config=True)
+LAUNCHER_CONFIGS = [
+    *(f"hydra/launcher/{p.stem}" for p in sorted((Path(CONFIG_DIR) / "hydra" / "launcher").glob("*.yaml"))),
+    *(f"cluster/{p.stem}" for p in sorted((Path(CONFIG_DIR) / "cluster").glob("*.yaml"))),
+]
+
+
+@pytest.mark.parametrize("path", LAUNCHER_CONFIGS)
+def test_every_launcher_config_composes(path):
+    group, name = path.rsplit("/", 1)
+    cfg = compose_config(["experiment=table9", f"{group}={name}"], return_hydra_config=True)
     launcher_cfg = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
-    assert launcher_cfg["_target_"].startswith("hydra_plugins."), launcher_cfg
-    own = yaml.safe_load((Path(CONFIG_DIR) / "hydra" / "launcher" / f"{launcher}.yaml").read_text())
+    plugin = LAUNCHER_PLUGINS["parallel" if group == "hydra/launcher" else "cluster"]
+    assert launcher_cfg["_target_"].startswith(plugin), launcher_cfg  # the plugin is installed and chosen
+    own = yaml.safe_load((Path(CONFIG_DIR) / f"{path}.yaml").read_text())
+    own = own.get("hydra", {}).get("launcher", {}) if group == "cluster" else own
     for key, value in own.items():  # each value the file sets reaches the launcher (none is a typo the plugin drops)
         if key != "defaults":
             assert launcher_cfg[key] == value, key
+    if group == "cluster":  # every job its own LLM cache, in its own output folder: no SQLite shared across machines
+        assert cfg.cache._get_node("path")._value() == "${hydra:runtime.output_dir}/llm_cache.sqlite"
 
 
 def experiment_names() -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from clag.tables.collect import find_runs
+from clag.records.runs import find_runs
 from clag.tables.findings import default_claims, evaluate, reach_table, render, telemetry_table, verdict
 
 CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "two_stage"}
@@ -23,7 +23,8 @@ def _run(root: Path, name: str, method: str, params: dict, f1: list[float], tele
     rows = [
         {"question_id": f"q{i}", "category": 4 if i < 8 else 5, "f1": value, "bleu1": value / 2,
          "telemetry": (telemetry or [{}])[0], "evidence_ids": ["D9:9"] if i % 3 == 0 else ["D1:1"],
-         "r10": 0.0 if i % 3 == 0 else 1.0, "episode_id": "conv-26"}
+         "r10": 0.0 if i % 3 == 0 else 1.0, "episode_id": "conv-26",
+         "adversarial_official": None if i < 8 else float(method == "clag")}  # only CLAG abstains on category 5
         for i, value in enumerate(f1)
     ]
     (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -47,12 +48,16 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     runs = find_runs(tmp_path)
     findings = {f.claim.label: f for f in evaluate(runs, default_claims(CLAG_DEFAULT), samples=2000)}
     pairs = {"CLAG vs rag on locomo", "CLAG vs amem on locomo", "CLAG vs gam on locomo"}
-    assert set(findings) == pairs | {f"{pair}, categories 1-4" for pair in pairs}  # only pairs that exist
-    assert findings["CLAG vs rag on locomo"].per_metric["f1"]["n"] == 12
+    paper, official = ", 1-5, category 5 as the paper scores it", ", 1-5, category 5 as LoCoMo scores it"
+    assert set(findings) == {pair + tail for pair in pairs for tail in (", categories 1-4", paper, official)}
+    assert list(findings)[0] == "CLAG vs rag on locomo, categories 1-4"  # categories 1-4 lead
+    assert findings["CLAG vs rag on locomo" + paper].per_metric["f1"]["n"] == 12
     assert findings["CLAG vs rag on locomo, categories 1-4"].per_metric["f1"]["n"] == 8  # category 5 left out
-    assert verdict(findings["CLAG vs rag on locomo"].per_metric["f1"]) == "ahead"
-    assert verdict(findings["CLAG vs amem on locomo"].per_metric["f1"]) == "no difference shown"
-    assert findings["CLAG vs rag on locomo"].per_metric["j_lenient"] is None  # no judge ran: no value, no verdict
+    assert verdict(findings["CLAG vs rag on locomo" + paper].per_metric["f1"]) == "ahead"
+    assert verdict(findings["CLAG vs amem on locomo" + paper].per_metric["f1"]) == "no difference shown"
+    # Scored as LoCoMo scores category 5, CLAG's abstentions there make it ahead of A-mem: the verdicts differ.
+    assert verdict(findings["CLAG vs amem on locomo" + official].per_metric["f1"]) == "ahead"
+    assert findings["CLAG vs rag on locomo" + paper].per_metric["j_lenient"] is None  # no judge ran: no verdict
 
     table = telemetry_table(runs)
     assert "4.0 (4-4)" in table and "50.0 (max 70)" in table
@@ -65,4 +70,6 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     assert "| locomo | rag R@10 | 100.0 | — | 0.0 |" in reach
     assert "| locomo | gam R@10 | 100.0 (6/8) | — | 0.0 |" in reach
     text = render(tmp_path)
+    assert "| locomo | rag | 6 / 8 | " in text  # six of rag's eight category-4 answers are below F1 0.5 ...
+    assert "| 6 (100%) |" in text  # ... and none of them had its evidence in the context (no retrieved ids)
     assert "models: qwen2.5-0.5b; computed with vllm bfloat16 on AMD EPYC" in text

@@ -14,7 +14,10 @@ import yaml
 from scripted_llm import ScriptedBackend
 from sklearn.metrics import cohen_kappa_score
 
-from clag.judge import (
+from clag.judge import judge_run, main
+from clag.llm.client import LLMClient
+from clag.metrics import cohen_kappa
+from clag.metrics.judge import (
     CORRECT,
     UNCLEAR,
     WRONG,
@@ -22,13 +25,10 @@ from clag.judge import (
     format_judge,
     judge_prompt,
     judge_rows,
-    judge_run,
-    main,
     model_label,
     parse_verdict,
 )
-from clag.llm.client import LLMClient
-from clag.metrics import cohen_kappa
+from clag.records.schema import JudgeCount, JudgeSection, missing_keys
 
 ROWS = [
     # question, gold answer, prediction, category
@@ -129,6 +129,10 @@ def test_unclear_verdicts_are_counted_and_left_out_never_scored_wrong():
     assert summary["kappa"]["kappa"] == pytest.approx(cohen_kappa_score([1, 1, 0], [1, 0, 0]))
     assert summary["small"] and "0.5B" in summary["label"]
     assert judged[0]["f1"] == 0.5  # every input key kept
+    # The section is what the schema says it is: every key typed, none beyond them.
+    assert missing_keys(dict(summary), JudgeSection) == []
+    assert set(summary) <= set(JudgeSection.__annotations__)
+    assert missing_keys(summary["counts"]["lenient"], JudgeCount) == []
 
 
 def test_rows_without_a_gold_answer_are_skipped_and_counted():
@@ -224,7 +228,7 @@ def test_real_judge_on_locomo_rows(tmp_path, data_dir):
 
     from clag.config import compose_config
     from clag.data import load_episodes
-    from clag.judge import judge_client
+    from clag.running.build import judge_client
 
     [episode] = load_episodes("locomo", data_dir, episode_ids=["conv-26"], items=40)
     picked = [q for q in episode.questions if q.category in (2, 4)][:2]
@@ -262,7 +266,7 @@ def test_real_judge_on_locomo_rows(tmp_path, data_dir):
 
 def test_the_runners_hook_judges_only_when_enabled():
     from clag.config import compose_config
-    from clag.judge import judge_at_end
+    from clag.running.results import judge_at_end
 
     backend = ScriptedBackend(scripted_judge)
     off = compose_config(["dataset=locomo", "cache.enabled=false"])

@@ -35,7 +35,7 @@ def test_notebook_executes_on_demo_results(tmp_path: Path, monkeypatch: pytest.M
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "\n".join(str(o.get("data", {}).get("text/markdown", "")) + str(o.get("text", "")) for o in outputs)
     assert "7 finished runs under" in text
-    assert "| CLAG | 20.99 | 25.00 [15.00, 35.00] | +4.01 |" in text  # Table 1 from results/tables
+    assert "| 20.99 | 25.00 [15.00, 35.00] | +4.01 |" in text  # Table 1 from results/tables: CLAG's LoCoMo 1-5
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == 4  # categories, latency, clusters vs tau, the cluster map
     assert (results / "tables" / "table16.md").is_file()

@@ -22,8 +22,9 @@ import pytest
 from clag.config import compose_config
 from clag.llm.base import Completion, GenerationConfig, LLMBackend
 from clag.llm.coalesce import CoalescingBackend
+from clag.records.files import JsonlLog, RunFolderError, read_jsonl
 from clag.running.build import build_backend
-from clag.running.folder import JsonlLog, RunFolder, RunFolderError, read_jsonl
+from clag.running.folder import RunFolder
 from clag.running.loop import execute
 from clag.running.spec import RunSpec
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from clag.config import compose_config
-from clag.running.folder import read_jsonl
-from clag.running.spec import RunSpec
-from clag.schema import (
+from clag.records.files import read_jsonl
+from clag.records.runs import find_runs
+from clag.records.schema import (
     SCHEMA_VERSION,
     EpisodeRecord,
     Hardware,
@@ -28,7 +28,8 @@ from clag.schema import (
     check_version,
     missing_keys,
 )
-from clag.tables.collect import find_runs, metric_value
+from clag.running.spec import RunSpec
+from clag.tables.collect import metric_value
 from clag.tables.render import compare_frame
 from clag.tables.specs import load_defaults, load_spec
 

@@ -77,3 +77,31 @@ def test_cli_names_the_malformed_line(tmp_path, capsys, bad_line, message):
     error = capsys.readouterr().err
     assert f"bad.jsonl:3: {message}" in error
     assert not (tmp_path / "bad.scored.jsonl").exists()
+
+
+def test_add_dates_brings_an_old_run_up_to_date_in_place(tmp_path, capsys):
+    """A run scored before the date-aware score gains it; its other scores stay; a second pass changes nothing."""
+    run = tmp_path / "runs" / "reference" / "locomo" / "rag" / "qwen2.5-0.5b" / "seed0-abcd1234"
+    run.mkdir(parents=True)
+    rows = [
+        {"question_id": "q0", "prediction": "2023-07-02", "reference": "2 July 2023", "category": 2, "f1": 0.0},
+        {"question_id": "q1", "prediction": "8 May 2023", "reference": "7 May 2023", "category": 2, "f1": 0.67},
+        {"question_id": "q2", "prediction": "Paris", "reference": "Paris", "category": 4, "f1": 1.0},
+    ]
+    _write(run / "predictions.jsonl", [json.dumps(row) for row in rows])
+    settings = {"bootstrap_samples": 200, "seed": 0}
+    metrics = {"schema_version": 1, "n": 3, "settings": settings, "run": {"dataset": "locomo"}, "usage": {"x": 1}}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "config.yaml").write_text("dataset: {name: locomo}\n")
+    assert main(["--add-dates", str(tmp_path / "runs")]) == 0
+    assert "1 of 1 finished runs" in capsys.readouterr().out
+    scored = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    assert [(r["date_match"], r["date_status"]) for r in scored] == [
+        (1.0, "matched"), (0.0, "other_date"), (None, "gold_not_a_date")
+    ]  # fmt: skip
+    assert [r["f1"] for r in scored] == [0.0, 0.67, 1.0]  # the other scores, as they were
+    updated = json.loads((run / "metrics.json").read_text())
+    assert updated["by_category"]["2"]["date_match"]["mean"] == 0.5 and updated["by_category"]["2"]["f1"]["n"] == 2
+    assert updated["overall_sets"]["1-4"]["date_match"]["n"] == 2 and updated["usage"] == {"x": 1}
+    assert main(["--add-dates", str(tmp_path / "runs")]) == 0
+    assert "0 of 1 finished runs" in capsys.readouterr().out

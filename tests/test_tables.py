@@ -18,8 +18,9 @@ import yaml
 from scripted_llm import ScriptedBackend
 
 from clag.llm.client import LLMClient
+from clag.records.runs import find_runs
 from clag.tables import cases
-from clag.tables.collect import find_runs, load_cluster_snapshot, metric_value, provenance_notes, select_run
+from clag.tables.collect import load_cluster_snapshot, metric_value, provenance_notes, select_run
 from clag.tables.render import compare_frame, render_all
 from clag.tables.specs import compare_numbers, load_defaults, load_spec
 
@@ -188,12 +189,15 @@ def test_cell_shows_paper_ours_diff_and_interval(rendered: Path) -> None:
     md = (rendered / "table01.md").read_text()
     clag = next(line for line in md.splitlines() if line.startswith("| CLAG |"))
     cells = [c.strip() for c in clag.strip("|").split("|")]
-    # LoCoMo F1: paper 20.99, ours 25.00 with interval [15.00, 35.00], diff +4.01
-    assert cells[1:4] == ["20.99", "25.00 [15.00, 35.00]", "+4.01"]
-    # LoCoMo over categories 1-4: not in the paper; HotpotQA has no CLAG run: the paper's value, then dashes.
-    assert cells[7] == "—" and cells[13:16] == ["15.50", "—", "—"]
+    # LoCoMo over categories 1-4 leads: not in the paper, so no paper value and no difference.
+    assert cells[1] == "—" and cells[3] == "—"
+    # LoCoMo F1 over 1-5: paper 20.99, ours 25.00 with interval [15.00, 35.00], diff +4.01
+    assert cells[7:10] == ["20.99", "25.00 [15.00, 35.00]", "+4.01"]
+    # HotpotQA has no CLAG run: the paper's value, then dashes.
+    assert cells[13:16] == ["15.50", "—", "—"]
     long = pd.read_csv(rendered / "table01.csv")
-    row = long[(long["method"] == "clag") & (long["dataset"] == "locomo") & (long["metric"] == "f1")].iloc[0]
+    locomo = long[(long["method"] == "clag") & (long["dataset"] == "locomo") & (long["metric"] == "f1")]
+    row = locomo[locomo["variant"] == "categories=1-5"].iloc[0]
     assert (row["paper"], row["ours"], row["ci_low"], row["ci_high"]) == (20.99, 25.0, 15.0, 35.0)
     assert row["diff"] == pytest.approx(4.01)
     assert row["our_model"] == "qwen2.5-0.5b" and bool(row["sliced"])

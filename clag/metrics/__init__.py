@@ -15,7 +15,7 @@ Aggregation (``clag.metrics.aggregate``): micro means overall and per
 category (and, for LoCoMo, over categories 1-4 and 1-5 apart) with seeded
 95% bootstrap intervals, latency mean/p50/p95, and a paired bootstrap test.
 Agreement (``clag.metrics.agreement``): Cohen's kappa, for the two LLM-judge
-prompts of ``clag.judge``. Every value is a fraction in [0, 1] (SBERT, and
+prompts of ``clag.metrics.judge``. Every value is a fraction in [0, 1] (SBERT, and
 BERTScore with a proxy model such as MiniLM, are cosines that can in
 principle dip below 0; they are kept as the libraries return them); tables
 multiply by 100.

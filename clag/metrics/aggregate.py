@@ -22,10 +22,11 @@ from clag.metrics.answer import ANSWER_KEYS
 from clag.metrics.evidence import EVIDENCE_KEYS
 from clag.metrics.scoring import category_label, category_number
 from clag.metrics.settings import MetricSettings
+from clag.metrics.temporal import TEMPORAL_KEYS
 
 JUDGE_KEYS = ("j_lenient", "j_strict")
-"""LLM-judge accuracy per prompt (``clag.judge``); absent from rows until a judge ran."""
-SUMMARY_KEYS = ANSWER_KEYS + ("f1_official", "adversarial_official") + JUDGE_KEYS
+"""LLM-judge accuracy per prompt (``clag.metrics.judge``); absent from rows until a judge ran."""
+SUMMARY_KEYS = ANSWER_KEYS + ("f1_official", "adversarial_official") + TEMPORAL_KEYS + JUDGE_KEYS
 CATEGORY_SETS: dict[str, dict[str, tuple[int, ...]]] = {"locomo": {"1-4": (1, 2, 3, 4), "1-5": (1, 2, 3, 4, 5)}}
 """Per dataset, the category subsets whose overall means ``metrics.json`` reports under ``overall_sets``."""
 MIN_INTERVAL_N = 10
@@ -149,6 +150,16 @@ def answer_tables(rows: list[dict], settings: MetricSettings, dataset: str | Non
             for name, wanted in sets.items()
         },
     }
+
+
+def refresh_answer_tables(metrics: dict, rows: list[dict], dataset: str | None) -> None:
+    """Recompute a finished run's answer tables from its (re-scored or judged) rows, in place, with the
+    bootstrap samples and seed its ``metrics.json`` recorded, so new intervals sit beside the old ones."""
+    recorded = metrics.get("settings") or {}
+    bootstrap = MetricSettings(
+        bootstrap_samples=int(recorded.get("bootstrap_samples", 1000)), seed=int(recorded.get("seed", 0))
+    )
+    metrics.update(answer_tables(rows, bootstrap, dataset))
 
 
 def aggregate_rows(scored: list[dict], settings: MetricSettings, dataset: str | None = None) -> dict:

@@ -1,6 +1,6 @@
 """Agreement between two raters on the same items: Cohen's kappa.
 
-Used for the two LLM-judge prompts (lenient vs strict, ``clag.judge``): raw
+Used for the two LLM-judge prompts (lenient vs strict, ``clag.metrics.judge``): raw
 agreement flatters two raters that both say "correct" most of the time, so
 kappa discounts the agreement their label frequencies alone would produce.
 """

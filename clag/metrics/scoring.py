@@ -20,6 +20,7 @@ from clag.metrics.answer import (
 )
 from clag.metrics.evidence import evidence_scores
 from clag.metrics.settings import MetricSettings
+from clag.metrics.temporal import date_match
 
 ADVERSARIAL = 5
 
@@ -60,7 +61,10 @@ def score_rows(rows: list[dict], settings: MetricSettings) -> list[dict]:
     Keys added: the headline answer metrics ``f1``, ``exact_match``,
     ``bleu1``, ``meteor``, ``rouge1``, ``rouge2``, ``rougeL``, ``bert_f1``,
     ``sbert``; LoCoMo's ``f1_official``; ``adversarial_official`` (category
-    5 only, else None); the evidence keys (None without gold evidence).
+    5 only, else None); ``date_match`` and ``date_status``, the date-aware
+    score of :mod:`clag.metrics.temporal` (None and ``gold_not_a_date`` where
+    the gold answer names no date); the evidence keys (None without gold
+    evidence).
 
     For category 5, ``settings.adversarial_mode`` picks what the headline
     keys hold: ``paper`` = the metrics against the row's ``reference`` (the
@@ -101,10 +105,13 @@ def score_rows(rows: list[dict], settings: MetricSettings) -> list[dict]:
         adversarial = abstains(prediction) if category == ADVERSARIAL else None
         if adversarial is not None and settings.adversarial_mode == "official":
             scores = dict.fromkeys(ANSWER_KEYS, adversarial)
+        when, when_status = date_match(prediction, answer_text(row.get("answer", row["reference"])))
         scored.append(
             {
                 **row,
                 **scores,
+                "date_match": when,
+                "date_status": when_status,
                 "f1_official": official_f1(prediction, reference, category),
                 "adversarial_official": adversarial,
                 **evidence_scores(row.get("retrieved_ids"), row.get("evidence_ids")),

@@ -1,4 +1,4 @@
-"""Backends, LLM clients and embedders, each built once and shared.
+"""Backends, LLM clients (the run's and the judge's) and embedders, each built once and shared.
 
 Model weights are the expensive part of a run: a backend loads them once per
 process (the backend's own memo), an embedder is kept per setting here, and
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from hydra.utils import instantiate
@@ -20,6 +22,7 @@ from clag.llm.base import GenerationConfig, LLMBackend
 from clag.llm.cache import CallCache
 from clag.llm.client import LLMClient
 from clag.llm.coalesce import CoalescingBackend
+from clag.metrics.judge import JudgeSettings
 
 _EMBEDDERS: dict[str, Embedder] = {}
 
@@ -71,4 +74,34 @@ def build_client(backend: LLMBackend, model_cfg: DictConfig, cache_cfg: DictConf
         stage_settings,
         constrained_json=bool(model_cfg.get("constrained_json", True)),
         cache_only=bool(cache_cfg.get("only", False)),
+        reject_truncated_json=bool(model_cfg.get("reject_truncated_json", False)),
     )
+
+
+def client_for_model(name: str) -> LLMClient:
+    """A client of ``configs/model/<name>.yaml``, built exactly as a run of that model builds it
+    (the LLM judge's and the failure classifier's, when they are not the run's own model)."""
+    from clag.config import compose_config
+
+    cfg = compose_config([f"model={name}"])
+    return build_client(build_backend(cfg.model), cfg.model, cfg.cache)
+
+
+def judge_client(
+    settings: JudgeSettings, run_cfg: Mapping[str, Any], backend: LLMBackend | None = None
+) -> tuple[LLMClient, str]:
+    """The LLM judge's client and model name: the run's own model (``backend`` reused when given), else
+    ``settings.model``.
+
+    Raises:
+        RuntimeError: The named judge model cannot be built.
+    """
+    own = str((run_cfg.get("model") or {}).get("name", ""))
+    if settings.model in (None, own):
+        model_cfg = OmegaConf.create(dict(run_cfg["model"]))
+        cache_cfg = OmegaConf.create(dict(run_cfg["cache"]))
+        return build_client(backend or build_backend(model_cfg), model_cfg, cache_cfg), own
+    try:
+        return client_for_model(str(settings.model)), str(settings.model)
+    except Exception as err:  # any failure to build a model (missing weights, a server that is down)
+        raise RuntimeError(f"judge model {settings.model!r} cannot be built: {err}") from err

@@ -18,9 +18,9 @@ from tqdm import tqdm
 from clag.answer import Answerer
 from clag.llm.client import LLMClient, UsageMeter
 from clag.memory.base import MemorySystem
-from clag.running.folder import JsonlLog
+from clag.records.files import JsonlLog
+from clag.records.schema import EpisodeRecord, PredictionRow, StageUsage
 from clag.running.snapshots import find_snapshot, save_snapshot
-from clag.schema import EpisodeRecord, PredictionRow, StageUsage
 from clag.types import Context, Episode, Question
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def prediction_row(
     chunk_size: int,
     config_hash: str,
 ) -> PredictionRow:
-    """One ``predictions.jsonl`` row (see :class:`clag.schema.PredictionRow` for what each key means)."""
+    """One ``predictions.jsonl`` row (see :class:`clag.records.schema.PredictionRow` for what each key means)."""
     keywords_ms = context.timings_ms.get("keywords", 0.0)
     prompt_tokens: float = sum(s["prompt_tokens"] for s in usage.values())
     completion_tokens: float = sum(s["completion_tokens"] for s in usage.values())

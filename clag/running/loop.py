@@ -22,9 +22,10 @@ from clag.answer import Answerer
 from clag.data import DatasetError, load_slice
 from clag.llm.base import GenerationConfig, LLMBackend
 from clag.memory.base import MemorySystem
+from clag.records.files import JsonlLog
 from clag.running.build import build_backend, build_client, build_embedder, seed_everything
 from clag.running.episode import answer_episode, prepare_memory
-from clag.running.folder import JsonlLog, RunFolder
+from clag.running.folder import RunFolder
 from clag.running.provenance import server_counters
 from clag.running.results import finish_run
 from clag.running.spec import RunSpec

@@ -26,8 +26,8 @@ from clag.data import episode_fingerprint
 from clag.hardware import hardware
 from clag.llm.base import LLMBackend
 from clag.llm.serve import engine_counters
+from clag.records.schema import RunInfo
 from clag.running.spec import RunSpec
-from clag.schema import RunInfo
 from clag.types import Episode
 from clag.versions import installed_versions
 

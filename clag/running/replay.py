@@ -32,7 +32,8 @@ from pathlib import Path
 from clag.config import compose_config
 from clag.llm.cache import CallCache
 from clag.llm.cache_shards import import_shards
-from clag.running.folder import RunFolder, read_jsonl
+from clag.records.files import read_jsonl
+from clag.running.folder import RunFolder
 from clag.running.spec import RunSpec
 from clag.running.status import grid, run_label
 

@@ -12,15 +12,17 @@ import time
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from clag.judge import judge_at_end
 from clag.llm.base import LLMBackend
 from clag.metrics import MetricSettings, aggregate_rows, score_rows
-from clag.running.folder import RunFolder, rewrite_jsonl, write_json
+from clag.metrics.judge import JudgeSettings, judge_rows
+from clag.records.files import rewrite_jsonl, write_json
+from clag.records.schema import SCHEMA_VERSION, EpisodeRecord, JudgeSection, Metrics, RunInfo, ScoredRow, Usage
+from clag.running.build import judge_client
+from clag.running.folder import RunFolder
 from clag.running.provenance import provenance
 from clag.running.spec import RunSpec
-from clag.schema import SCHEMA_VERSION, EpisodeRecord, Metrics, RunInfo, ScoredRow, Usage
 from clag.types import Episode
 
 
@@ -103,15 +105,32 @@ def finish_run(
     cfg = spec.cfg
     settings = metric_settings(cfg)
     scored: list[ScoredRow] = score_rows(rows, settings)  # type: ignore[assignment]
-    scored, judge = judge_at_end(cfg, scored, backend)  # type: ignore[assignment]  # metrics.judge (clag.judge)
+    scored, judge = judge_at_end(cfg, scored, backend)  # type: ignore[assignment]
     rewrite_jsonl(folder.predictions, scored)
     run = provenance(spec, backend, episodes, time.perf_counter() - wall_start, counters_at_start)
     metrics = build_metrics(scored, settings, episodes, episode_log, structure, run, str(cfg.dataset.name))
     if judge is not None:
-        metrics["judge"] = judge  # type: ignore[typeddict-unknown-key]
+        metrics["judge"] = judge
     write_json(folder.metrics, metrics)
     if cfg.logger.get("enabled"):
         from clag.tracking import log_run
 
         log_run(cfg, folder.path, metrics, scored)
     return metrics
+
+
+def judge_at_end(
+    cfg: DictConfig, scored: list[ScoredRow], backend: LLMBackend | None = None
+) -> tuple[list[dict[str, Any]], JudgeSection | None]:
+    """Judge a run's scored rows when ``metrics.judge.enabled`` (:mod:`clag.metrics.judge`).
+
+    Returns the (judged) rows and the ``judge`` section of ``metrics.json``,
+    or the rows unchanged and None when the judge is off. ``backend`` is the
+    run's own, reused when the judge is the run's model.
+    """
+    run_cfg: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    settings = JudgeSettings.from_config((run_cfg.get("metrics") or {}).get("judge"))
+    if not settings.enabled:
+        return [dict(row) for row in scored], None
+    llm, name = judge_client(settings, run_cfg, backend)
+    return judge_rows(scored, llm, settings, str(run_cfg["dataset"]["name"]), name)

@@ -18,7 +18,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from clag.memory.base import MemorySystem
-from clag.running.folder import RunFolderError
+from clag.records.files import RunFolderError
 from clag.running.spec import hashed_view
 from clag.types import Episode
 

@@ -27,7 +27,8 @@ from omegaconf import DictConfig
 
 from clag.config import compose_config
 from clag.data import load_slice
-from clag.running.folder import RunFolder, read_jsonl
+from clag.records.files import read_jsonl
+from clag.running.folder import RunFolder
 from clag.running.spec import RunSpec
 
 

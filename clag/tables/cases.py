@@ -31,7 +31,8 @@ from typing import Any
 import pandas as pd
 
 from clag.llm.client import LLMClient
-from clag.tables.collect import RunRecord, provenance_notes, select_run
+from clag.records.runs import RunRecord
+from clag.tables.collect import provenance_notes, select_run
 from clag.tables.paper import load_paper_table
 from clag.tables.specs import METHOD_ROWS, Defaults
 
@@ -83,11 +84,9 @@ class Judge:
         """The client, built from ``configs/model/<name>.yaml`` exactly as a run builds it; None if it cannot be."""
         if self.llm is None and not self.unavailable:
             try:
-                from clag.config import compose_config
-                from clag.running.build import build_backend, build_client
+                from clag.running.build import client_for_model
 
-                cfg = compose_config([f"model={self.name}"])
-                self.llm = build_client(build_backend(cfg.model), cfg.model, cfg.cache)
+                self.llm = client_for_model(self.name)
             except Exception as err:  # a missing model must not stop the other tables
                 log.warning("failure judge %r unavailable (%s); Tables 13-14 stay unclassified", self.name, err)
                 self.unavailable = True

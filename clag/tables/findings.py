@@ -20,9 +20,15 @@ only as tables beside the paper's:
   placeholder counts as a failure: :mod:`clag.llm.json_parse`);
 * **evidence reach**: the R@10 of CLAG and of each retrieving baseline over
   the same questions, grouped by whether CLAG's picked clusters held all, part
-  or none of their evidence, which tells pruning from ranking.
+  or none of their evidence, which tells pruning from ranking;
+* **failure attribution**: every wrong answer of every method's run sorted by
+  where its evidence was lost (never stored, pruned by CLAG's pick, ranked
+  out, or in the context and answered wrong), from ids alone
+  (:mod:`clag.metrics.attribution`), as a table and a stacked-bar plot.
 
     python -m clag.tables.findings results/reference/runs --out results/reference/findings.md
+
+With ``--out``, the attribution plot is written beside it (``<out>-attribution.png``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,10 @@ import numpy as np
 
 from clag.compare import paired_difference
 from clag.metrics.aggregate import format_estimate
-from clag.tables.collect import RunRecord, find_runs, machines, matches, select_run
+from clag.metrics.attribution import CLASSES, attribution
+from clag.records.runs import RunRecord, find_runs
+from clag.tables import plots
+from clag.tables.collect import machines, matches, select_run
 from clag.tables.specs import load_defaults
 
 log = logging.getLogger(__name__)
@@ -62,6 +71,7 @@ class Claim:
     source: str = ""
     metrics: tuple[str, ...] = METRICS
     categories: tuple[int, ...] | None = None
+    adversarial: str = "paper"  # how LoCoMo's category 5 is scored (clag.compare.paired_difference)
 
 
 @dataclass
@@ -74,13 +84,17 @@ def default_claims(clag_default: dict[str, Any]) -> list[Claim]:
     """The paper's comparisons a LoCoMo + BioASQ slice can test."""
     clag = ("clag", dict(clag_default))
     claims = []
-    for dataset in ("locomo", "bioasq"):
-        source = "Tables 1, 3, 15" if dataset == "locomo" else "Tables 1, 15"  # Table 3 is LoCoMo's categories
-        for baseline in BASELINES:
-            claims.append(Claim(f"CLAG vs {baseline} on {dataset}", dataset, clag, (baseline, {}), source))
-            if dataset == "locomo":
-                label = f"CLAG vs {baseline} on locomo, categories 1-4"
-                claims.append(Claim(label, dataset, clag, (baseline, {}), "Table 3", categories=(1, 2, 3, 4)))
+    for baseline in BASELINES:  # LoCoMo: categories 1-4 lead; 1-5 under both scorings of category 5 follow
+        pair = (clag, (baseline, {}))
+        claims += [
+            Claim(f"CLAG vs {baseline} on locomo, categories 1-4", "locomo", *pair, "Table 3", categories=(1, 2, 3, 4)),
+            Claim(f"CLAG vs {baseline} on locomo, 1-5, category 5 as the paper scores it", "locomo", *pair,
+                  "Tables 1, 3, 15"),
+            Claim(f"CLAG vs {baseline} on locomo, 1-5, category 5 as LoCoMo scores it", "locomo", *pair,
+                  "LoCoMo's official", adversarial="official"),
+        ]  # fmt: skip
+    for baseline in BASELINES:
+        claims.append(Claim(f"CLAG vs {baseline} on bioasq", "bioasq", clag, (baseline, {}), "Tables 1, 15"))
     for label, where in (
         ("agentic vs cosine routing", {"routing": "cosine"}),
         ("agentic vs K-Means routing", {"routing": "kmeans"}),
@@ -111,7 +125,7 @@ def evaluate(runs: list[RunRecord], claims: Sequence[Claim], samples: int = 1000
         finding = Finding(claim)
         for metric in claim.metrics:
             finding.per_metric[metric] = paired_difference(
-                run_a.predictions, run_b.predictions, metric, claim.categories, samples=samples
+                run_a.predictions, run_b.predictions, metric, claim.categories, samples, adversarial=claim.adversarial
             )
         findings.append(finding)
     return findings
@@ -259,6 +273,67 @@ def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
     return "\n".join([header, "|---|---|" + "---|" * len(REACH), *body])
 
 
+def category5_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
+    """LoCoMo's category 5 apart, scored both ways per method, the no-memory floor among them: F1 against
+    the adversarial answer (the paper's scoring: it rewards naming the trap) and LoCoMo's official score
+    (the share of abstentions)."""
+    body = []
+    for method in ("clag", *BASELINES):
+        run = _run(runs, method, "locomo", clag_default if method == "clag" else {})
+        if run is None:
+            continue
+        five = (run.metrics.get("by_category") or {}).get("5") or {}
+        paper, official = five.get("f1"), five.get("adversarial_official")
+        n = (paper or {}).get("n", "—")
+        body.append(f"| {method} | {n} | {format_estimate(paper)} | {format_estimate(official)} |")
+    if not body:
+        return "(no LoCoMo runs)"
+    header = "| method | n | F1 vs the adversarial answer (paper) | abstentions (LoCoMo's official) |"
+    return "\n".join([header, "|---|---|---|---|", *body])
+
+
+def run_attribution(run: RunRecord) -> Counter[str]:
+    """:func:`clag.metrics.attribution.attribution` of one run, with what its structure says its memory
+    held: nothing for no memory, CLAG's cluster members where recorded, every item otherwise."""
+    structure = run.metrics.get("structure") or {}
+    members = {str(e): (s or {}).get("cluster_members") or {} for e, s in structure.items()}
+    memory: dict[str, set[str] | None] = {}
+    for episode in {str(row.get("episode_id")) for row in run.predictions}:
+        if run.method == "no_memory":
+            memory[episode] = set()
+        elif members.get(episode):
+            memory[episode] = {str(i) for ids in members[episode].values() for i in ids}
+    return attribution(run.predictions, run.dataset, memory, members)
+
+
+def attribution_rows(runs: list[RunRecord], clag_default: dict[str, Any]) -> list[tuple[str, str, Counter[str]]]:
+    """``(dataset, method, counts)`` for each dataset's default run of every method, CLAG first."""
+    out = []
+    for dataset in sorted({r.dataset for r in runs}):
+        for method in ("clag", *BASELINES):
+            run = _run(runs, method, dataset, clag_default if method == "clag" else {})
+            if run is None:
+                continue
+            structure = run.metrics.get("structure") or {}
+            unrecorded = method == "clag" and not any((s or {}).get("cluster_members") for s in structure.values())
+            label = f"{method} (members not recorded: pruned counted as not retrieved)" if unrecorded else method
+            out.append((dataset, label, run_attribution(run)))
+    return out
+
+
+def attribution_table(rows: list[tuple[str, str, Counter[str]]]) -> str:
+    """Wrong answers per class, as counts with their share of the run's wrong answers."""
+    if not rows:
+        return "(no runs)"
+    header = "| dataset | method | wrong / answered | " + " | ".join(CLASSES) + " |"
+    body = [header, "|---|---|---|" + "---|" * len(CLASSES)]
+    for dataset, method, counts in rows:
+        wrong = counts["wrong"]
+        cells = [f"{counts[c]} ({100 * counts[c] / wrong:.0f}%)" if wrong else "0" for c in CLASSES]
+        body.append(f"| {dataset} | {method} | {wrong} / {counts['answered']} | " + " | ".join(cells) + " |")
+    return "\n".join(body)
+
+
 def _ratio(telemetry: list[dict[str, Any]]) -> str:
     spaces = [(t["search_space"], t["total_notes"]) for t in telemetry if t.get("total_notes")]
     if not spaces:
@@ -282,10 +357,13 @@ def _variant(run: RunRecord) -> str:
     return f"{p.get('routing')}, {p.get('evolution_scope')} evolution, {p.get('retrieval')} retrieval"
 
 
-def render(runs_dir: Path) -> str:
+def render(runs_dir: Path, plot: Path | None = None) -> str:
+    """The findings of the runs under ``runs_dir`` as Markdown; the attribution plot goes to ``plot``."""
     runs = find_runs(runs_dir)
     clag_default = load_defaults().clag_default
     findings = evaluate(runs, default_claims(clag_default))
+    attributed = attribution_rows(runs, clag_default)
+    figure = plots.plot_attribution(attributed, CLASSES, plot) if plot and attributed else None
     models = sorted({r.model for r in runs})
     return "\n\n".join(
         [
@@ -294,10 +372,21 @@ def render(runs_dir: Path) -> str:
             "## Claims: A - B over the same questions (percentage points; paired bootstrap, 10,000 resamples)",
             "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0.",
             claims_table(findings) if findings else "(no pair of runs to compare yet)",
+            "## LoCoMo's category 5 apart, scored both ways",
+            "The paper scores category 5 with F1 against the adversarial answer, which rewards repeating the trap;"
+            " LoCoMo's own code counts an abstention as right. No memory shows what either rewards without any"
+            " memory at all. The claims above lead with categories 1-4 and give 1-5 under both scorings.",
+            category5_table(runs, clag_default),
             "## CLAG telemetry",
             telemetry_table(runs),
             "## R@10 (%) over the same questions, by how much of their evidence CLAG's picked clusters held",
             reach_table(runs, clag_default),
+            "## Where each wrong answer lost its evidence (no LLM: ids only)",
+            "Wrong: token F1 below 0.5; LoCoMo's category 5 left out. First match wins, in the column order: the"
+            " date-aware score matches; no gold evidence; evidence never stored; CLAG's pick pruned it; in memory but"
+            " none / part of it in the context; all of it in the context (clag/metrics/attribution.py; the idea is"
+            " MemBase's error attribution, which asks an LLM instead).",
+            attribution_table(attributed) + (f"\n\n![attribution]({figure.name})" if figure else ""),
         ]
     ) + "\n"
 
@@ -308,9 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the Markdown here instead of printing it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    text = render(args.runs)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
+    plot = args.out.with_name(f"{args.out.stem}-attribution.png") if args.out else None
+    text = render(args.runs, plot)
+    if args.out:
         args.out.write_text(text, encoding="utf-8")
         log.info("wrote %s", args.out)
     else:

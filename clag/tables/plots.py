@@ -9,6 +9,7 @@ pyplot state, no GUI backend), so rendering works headless and in threads.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,6 +100,30 @@ def plot_clusters_vs_tau(long: pd.DataFrame, path: Path | None = None) -> Path |
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
     figure.suptitle("CLAG on LoCoMo: sensitivity to tau")
+    return _save(figure, path)
+
+
+def plot_attribution(
+    rows: list[tuple[str, str, Counter[str]]], classes: tuple[str, ...], path: Path | None = None
+) -> Path | None:
+    """Stacked horizontal bars, one per dataset and method: the share of its wrong answers in each
+    attribution class (:mod:`clag.metrics.attribution`), with the number of wrong answers at the end."""
+    rows = [row for row in rows if row[2]["wrong"]]
+    if not rows:
+        return None
+    figure = Figure(figsize=(9, 0.35 * len(rows) + 1.6))
+    ax = figure.subplots()
+    y = np.arange(len(rows))[::-1]
+    left = np.zeros(len(rows))
+    for name in classes:
+        share = np.array([100 * counts[name] / counts["wrong"] for _, _, counts in rows])
+        ax.barh(y, share, left=left, label=name)
+        left += share
+    ax.set_yticks(y, [f"{dataset} / {method} ({counts['wrong']})" for dataset, method, counts in rows], fontsize=8)
+    ax.set_xlabel("% of the run's wrong answers")
+    ax.set_xlim(0, 100)
+    ax.legend(fontsize=7, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    ax.set_title("Where each wrong answer lost its evidence")
     return _save(figure, path)
 
 

@@ -28,16 +28,9 @@ import pandas as pd
 
 from clag.compare import paired_difference
 from clag.metrics.aggregate import CATEGORY_SETS, MIN_INTERVAL_N
+from clag.records.runs import RunRecord, find_runs
 from clag.tables import cases, plots
-from clag.tables.collect import (
-    METRICS,
-    RunRecord,
-    category_set,
-    find_runs,
-    metric_value,
-    provenance_notes,
-    select_run,
-)
+from clag.tables.collect import METRICS, category_set, metric_value, provenance_notes, select_run
 from clag.tables.paper import paper_value
 from clag.tables.specs import SPEC_DIR, Cell, Defaults, TableSpec, compare_numbers, load_defaults, load_spec
 

@@ -19,7 +19,7 @@ and its row (row wins):
   ``evolution_scope``, ``retrieval``, ``n_init``, ``tau``), merged over the
   CLAG defaults for CLAG cells.
 * ``metric``: a key of :data:`clag.tables.collect.METRICS` (from the table's
-  ``metrics`` list, or set on a row as in Table 8).
+  ``metrics`` list or a group's own, or set on a row as in Table 8).
 
 Following the lightning-hydra-template idea of experiment files that set
 only deltas, a spec states what differs from the defaults, nothing more.
@@ -83,7 +83,7 @@ class TableSpec:
         rows: Row dicts (``label`` plus cell keys).
         groups: Column-group dicts (``label`` plus cell keys); one unnamed
             group when the table has no column groups.
-        metrics: Metric keys shown in every group.
+        metrics: Metric keys shown in every group (a group's own ``metrics`` list replaces them there).
         exps: Experiment names whose runs are preferred for this table.
         defaults: Cell keys shared by every cell.
         notes: Extra caption sentences (known paper typos, protocol notes).
@@ -109,7 +109,7 @@ class TableSpec:
         out = []
         for row in self.rows:
             for group in self.groups:
-                for metric in self.metrics:
+                for metric in group.get("metrics") or self.metrics:
                     keys: dict[str, Any] = {"metric": metric}
                     where: dict[str, Any] = {}
                     for source in (self.defaults, group, row):

@@ -65,7 +65,7 @@ class ScoredRow(PredictionRow):
 
     Evidence keys are None for a question without gold evidence;
     ``adversarial_official`` is None outside LoCoMo's category 5; the judge's
-    ``j_lenient`` / ``j_strict`` (``clag.judge``) are there only when a judge ran.
+    ``j_lenient`` / ``j_strict`` (``clag.metrics.judge``) are there only when a judge ran.
     """
 
     f1: float
@@ -79,6 +79,8 @@ class ScoredRow(PredictionRow):
     sbert: float
     f1_official: float
     adversarial_official: float | None
+    date_match: NotRequired[float | None]  # clag.metrics.temporal; absent from runs scored before 2026-12-03
+    date_status: NotRequired[str]
     j_lenient: NotRequired[float | None]
     j_strict: NotRequired[float | None]
     e_prec: float | None
@@ -194,13 +196,47 @@ class Evidence(TypedDict):
     n_without_evidence: int
 
 
+class JudgeCount(TypedDict):
+    """One judge prompt's verdicts over the rows it judged."""
+
+    judged: int
+    correct: int
+    wrong: int
+    unclear: int  # neither label, or both: left out of ``j_<prompt>``, never scored wrong
+
+
+class Agreement(TypedDict):
+    """Cohen's kappa of two raters over the rows both rated clearly (:func:`clag.metrics.cohen_kappa`)."""
+
+    kappa: float | None
+    agreement: float | None
+    n: int
+
+
+class JudgeSection(TypedDict):
+    """``metrics.json`` ``judge``: who judged, with which prompts, and what came of it
+    (:func:`clag.metrics.judge.judge_rows`)."""
+
+    model: str
+    params_b: float | None  # read from the model's name; None when it says none
+    small: bool  # under 3B parameters: a rough check, not comparable with published J scores
+    label: str  # the model and, for a small one, the warning, as tables print it
+    model_identity: dict[str, Any]
+    prompts: dict[str, dict[str, str]]  # prompt name -> {"sha256": hash of its template}
+    counts: dict[str, JudgeCount]
+    skipped: dict[str, Any]  # {"category": n, "no_gold": n, "categories": [...]}
+    unclear_policy: str
+    kappa: NotRequired[Agreement]  # lenient vs strict, when both ran
+    kappa_by_category: NotRequired[dict[str, Agreement]]
+
+
 class Metrics(TypedDict):
     """``metrics.json``, written last and atomically: a run is finished when it exists.
 
     ``overall`` and ``by_category`` (category label -> metric -> summary) hold
     the answer metrics, ``overall_sets`` the same over named category sets
     (LoCoMo ``1-4`` and ``1-5``; empty elsewhere); ``structure`` is each
-    episode's ``describe()``; ``judge`` (``clag.judge``) only when a judge ran.
+    episode's ``describe()``; ``judge`` (:class:`JudgeSection`) only when a judge ran.
     """
 
     schema_version: int
@@ -215,7 +251,7 @@ class Metrics(TypedDict):
     usage: Usage
     structure: dict[str, dict[str, Any]]
     run: RunInfo
-    judge: NotRequired[dict[str, Any]]
+    judge: NotRequired[JudgeSection]
 
 
 class SchemaError(ValueError):
