@@ -28,9 +28,8 @@ from pathlib import Path
 
 from clag.metrics import MetricSettings, aggregate_rows, score_rows
 from clag.metrics.aggregate import refresh_answer_tables
-from clag.metrics.scoring import answer_text
+from clag.metrics.scoring import date_scores
 from clag.metrics.settings import ADVERSARIAL_MODES
-from clag.metrics.temporal import date_match
 from clag.records.files import rewrite_jsonl, write_json
 from clag.records.runs import find_runs
 
@@ -110,13 +109,9 @@ def add_dates(runs_dir: Path) -> tuple[int, int]:
     runs = find_runs(runs_dir)
     updated = 0
     for run in runs:
-        rows = [dict(row) for row in run.predictions]
-        if all("date_match" in row for row in rows):
+        if all("date_match" in row for row in run.predictions):
             continue
-        for row in rows:
-            row["date_match"], row["date_status"] = date_match(
-                answer_text(row.get("prediction")), answer_text(row.get("answer", row.get("reference")))
-            )
+        rows = [{**row, **date_scores(row)} for row in run.predictions]
         metrics = dict(run.metrics)
         refresh_answer_tables(metrics, rows, run.dataset or None)
         rewrite_jsonl(run.path / "predictions.jsonl", rows)

@@ -55,6 +55,13 @@ def category_label(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def date_scores(row: dict) -> dict[str, float | str | None]:
+    """``date_match`` and ``date_status`` of one row: its prediction against the gold answer (``answer``
+    where the row keeps it apart from the scored ``reference``, as category 5 does)."""
+    when, status = date_match(answer_text(row["prediction"]), answer_text(row.get("answer", row["reference"])))
+    return {"date_match": when, "date_status": status}
+
+
 def score_rows(rows: list[dict], settings: MetricSettings) -> list[dict]:
     """Add per-question metric keys to each row (new dicts, same order).
 
@@ -105,13 +112,11 @@ def score_rows(rows: list[dict], settings: MetricSettings) -> list[dict]:
         adversarial = abstains(prediction) if category == ADVERSARIAL else None
         if adversarial is not None and settings.adversarial_mode == "official":
             scores = dict.fromkeys(ANSWER_KEYS, adversarial)
-        when, when_status = date_match(prediction, answer_text(row.get("answer", row["reference"])))
         scored.append(
             {
                 **row,
                 **scores,
-                "date_match": when,
-                "date_status": when_status,
+                **date_scores(row),
                 "f1_official": official_f1(prediction, reference, category),
                 "adversarial_official": adversarial,
                 **evidence_scores(row.get("retrieved_ids"), row.get("evidence_ids")),
