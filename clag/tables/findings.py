@@ -191,7 +191,7 @@ def clag_telemetry(run: RunRecord) -> dict[str, Any]:
         "questions searched in clusters": f"{sum(t.get('mode') == 'cluster' for t in telemetry)}/{len(telemetry)}",
         "pick fallbacks": f"{sum(bool(t.get('pick_fallback')) for t in picked)}/{len(picked)}",
         "mean search space / notes": _ratio(telemetry),
-        **_evidence_reach(rows, structure),
+        **_evidence_reach(run),
         "JSON failures (failed/JSON calls)": ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "—",
     }
 
@@ -204,13 +204,22 @@ def _key(row: dict[str, Any]) -> Key:
     return str(row.get("episode_id")), str(row.get("question_id"))
 
 
-def reach_groups(rows: list[dict[str, Any]], structure: dict[str, Any]) -> dict[str, list[Key]]:
+Members = dict[str, dict[str, list[str]]]  # per episode: cluster id -> the source ids it holds
+
+
+def cluster_members(run: RunRecord) -> Members:
+    """Per episode, CLAG's cluster members as its structure records them (empty for runs before it did)."""
+    structure = run.metrics.get("structure") or {}
+    return {str(e): members for e, s in structure.items() if (members := (s or {}).get("cluster_members"))}
+
+
+def reach_groups(rows: list[dict[str, Any]], members_by_episode: Members) -> dict[str, list[Key]]:
     """The questions whose picked clusters held all, part or none of their evidence. Over questions
     with evidence whose search was narrowed to clusters, in episodes whose structure lists the
     members (runs before it did have no groups)."""
     groups: dict[str, list[Key]] = {reach: [] for reach in REACH}
     for row in rows:
-        members = (structure.get(str(row.get("episode_id"))) or {}).get("cluster_members")
+        members = members_by_episode.get(str(row.get("episode_id")))
         telemetry = row.get("telemetry") or {}
         evidence = set(row.get("evidence_ids") or [])
         if not members or not evidence or telemetry.get("mode") != "cluster":
@@ -233,11 +242,11 @@ def _mean_r10(r10: dict[Key, float], keys: list[Key]) -> str:
     return f"{100 * np.mean(values):.1f}" + (f" ({len(values)}/{len(keys)})" if len(values) < len(keys) else "")
 
 
-def _evidence_reach(rows: list[dict[str, Any]], structure: dict[str, Any]) -> dict[str, str]:
+def _evidence_reach(run: RunRecord) -> dict[str, str]:
     """Whether the picked clusters held each question's evidence, and the evidence recall (R@10) in
     each case: where the picker prunes the evidence away, no ranking can find it."""
-    groups = reach_groups(rows, structure)
-    r10 = _r10_by_question(rows)
+    groups = reach_groups(run.predictions, cluster_members(run))
+    r10 = _r10_by_question(run.predictions)
     counted = sum(len(v) for v in groups.values())
     if not counted:
         return {"evidence in the picked clusters (all/part/none)": "—", "R@10 (all/part/none)": "—"}
@@ -257,7 +266,7 @@ def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
         clag = _run(runs, "clag", dataset, clag_default)
         if clag is None:
             continue
-        groups = reach_groups(clag.predictions, clag.metrics.get("structure") or {})
+        groups = reach_groups(clag.predictions, cluster_members(clag))
         if not any(groups.values()):
             continue
         body.append(f"| {dataset} | questions | " + " | ".join(str(len(v)) for v in groups.values()) + " |")
@@ -295,8 +304,7 @@ def category5_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
 def run_attribution(run: RunRecord) -> Counter[str]:
     """:func:`clag.metrics.attribution.attribution` of one run, with what its structure says its memory
     held: nothing for no memory, CLAG's cluster members where recorded, every item otherwise."""
-    structure = run.metrics.get("structure") or {}
-    members = {str(e): (s or {}).get("cluster_members") or {} for e, s in structure.items()}
+    members = cluster_members(run)
     memory: dict[str, set[str] | None] = {}
     for episode in {str(row.get("episode_id")) for row in run.predictions}:
         if run.method == "no_memory":
@@ -314,8 +322,7 @@ def attribution_rows(runs: list[RunRecord], clag_default: dict[str, Any]) -> lis
             run = _run(runs, method, dataset, clag_default if method == "clag" else {})
             if run is None:
                 continue
-            structure = run.metrics.get("structure") or {}
-            unrecorded = method == "clag" and not any((s or {}).get("cluster_members") for s in structure.values())
+            unrecorded = method == "clag" and not cluster_members(run)
             label = f"{method} (members not recorded: pruned counted as not retrieved)" if unrecorded else method
             out.append((dataset, label, run_attribution(run)))
     return out
