@@ -88,9 +88,18 @@ class SessionServer:
 SESSION_SERVER = SessionServer()
 
 
+def _uses_server(item: pytest.Item) -> bool:
+    return "vllm_server" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that use the server run last (in their order), so its start overlaps all the others."""
+    items.sort(key=_uses_server)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """After selection (``-m``, ``-k``): start the server now if any selected test will use it."""
-    if any("vllm_server" in getattr(item, "fixturenames", ()) for item in session.items):
+    if any(_uses_server(item) for item in session.items):
         SESSION_SERVER.start()
 
 

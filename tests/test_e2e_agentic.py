@@ -7,9 +7,13 @@ a split at the final consolidation. A-mem ingests the same first 3 items
 first; CLAG's notes and its pre-clustering evolution calls are then the
 same prompts and come from the call cache (that is why ``k_local`` equals
 A-mem's ``k_neighbours`` here, and both are 1: evolution answers are the
-longest of the run), which keeps the file at a few minutes on a 2-core CPU.
-A third run reloads CLAG's memory snapshot with ``retrieval=global`` and
-must answer without a single ingestion call.
+longest of the run). A third run reloads CLAG's memory snapshot with
+``retrieval=global`` and must answer without a single ingestion call.
+
+The runs go through the session's vLLM server (``engine=vllm``, the
+``vllm_server`` fixture), which decodes the evolution answers several times
+faster than the in-process engine on a 2-core CPU; the transformers engine
+keeps its own end-to-end runs (``tests/test_runner.py``, ``tests/test_schema.py``).
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ import pytest
 
 from clag.run import run_with_overrides
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 CLAG_ITEMS, AMEM_ITEMS, BUFFER = 5, 3, 3
-SHARED = ["dataset=locomo", "model=qwen2.5-0.5b", "limit.episodes=1", "runner.progress=false"]
+SHARED = ["dataset=locomo", "model=qwen2.5-0.5b", "engine=vllm", "limit.episodes=1", "runner.progress=false"]
 SMALL = ["method.system.k_local=1"]
 
 
@@ -34,7 +38,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, vllm_server: Any) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("e2e_agentic")
     common = [*SHARED, f"cache.path={root / 'llm_cache.sqlite'}", f"paths.runs_dir={root}"]
     amem = run_with_overrides(

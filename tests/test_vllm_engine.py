@@ -45,7 +45,10 @@ REPO = Path(__file__).resolve().parent.parent
 JOBLIB = ("rag", "amem", "clag")
 SUBMITIT = ("gam", "memoryos")
 METHODS = JOBLIB + SUBMITIT
-SLICE = ["dataset=locomo", "limit.episodes=1", "limit.items=3", "limit.questions=1", "runner.progress=false"]
+# At the reference scale's settings, as `make reference` serves them: GAM's plan budget is then 512 tokens,
+# not the paper protocol's 2,048, which a degenerate plan of the 0.5B model fills (~150 s of the sweep).
+SLICE = ["dataset=locomo", "scale=reference", "limit.episodes=1", "limit.items=3", "limit.questions=1",
+         "runner.progress=false"]  # fmt: skip
 SERVED = ["model=qwen2.5-0.5b", "engine=vllm"]
 
 
