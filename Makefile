@@ -16,10 +16,12 @@ REFERENCE_ARGS ?=
 # Where `make reference-replay` replays the reference runs (scratch: run folders and a cache from the shards)
 REFERENCE_REPLAY ?= /tmp/clag-reference-replay
 # Its sweeps, in order (results do not depend on it): CLAG and its two closest baselines on both
-# datasets first, so the central claims are testable soonest; then the other runs; then the ablations
-REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations
-# Its two grids, as `make reference-status` and `make reference-replay` walk them
-REFERENCE_GRIDS := experiment=reference experiment=reference_ablations
+# datasets first, so the central claims are testable soonest; then the other runs; then the ablations;
+# then the calling-convention experiment on the temporal questions (results/reference/conventions/)
+REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations \
+	experiment=reference_conventions
+# Its grids, as `make reference-status` and `make reference-replay` walk them
+REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experiment=reference_conventions
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
 # The tested package set, as pip constraints; LOCK= installs from pyproject's ranges alone (e.g. beside a
@@ -98,6 +100,7 @@ reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; res
 	exit $$status
 	$(PY) -m clag.tables --runs $(REFERENCE)/runs --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
 	$(PY) -m clag.tables.findings $(REFERENCE)/runs --out $(REFERENCE)/findings.md
+	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 
 reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)
 	@for grid in $(REFERENCE_GRIDS); do \

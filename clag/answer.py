@@ -10,6 +10,10 @@ requested as ``{"answer": ...}`` JSON, as the authors constrain it. The
 prompt text is paraphrased to our layout, not copied; what matters for
 faithfulness (the instructions per category, the two options, the JSON
 answer) is kept.
+
+One named difference, a parameter (``answer.json_instruction``): our prompts
+end with a sentence asking for the JSON object; the authors' end at "Short
+answer:" and leave the JSON to the schema-constrained decoding alone.
 """
 
 from __future__ import annotations
@@ -69,22 +73,27 @@ def timed_keywords(llm: LLMClient, question: str) -> tuple[str, float]:
     return keywords, (time.perf_counter() - start) * 1000
 
 
-def answer_prompt(question: Question, context: str, seed: int = 0) -> str:
-    """The authors' category-specific answer prompt."""
+def answer_prompt(question: Question, context: str, seed: int = 0, json_instruction: bool = True) -> str:
+    """The authors' category-specific answer prompt; ``json_instruction`` appends our request for the JSON
+    object (the authors rely on the schema alone)."""
+    return _prompt_body(question, context, seed) + (_JSON_TAIL if json_instruction else "")
+
+
+def _prompt_body(question: Question, context: str, seed: int) -> str:
     text = question.text
     if question.category == 5:
         options = [NOT_MENTIONED, question.reference]
         random.Random(f"{seed}:{question.id}").shuffle(options)
         return (
             f"Based on the context: {context}, answer the following question. {text}\n\n"
-            f"Select the correct answer: {options[0]} or {options[1]}  Short answer:" + _JSON_TAIL
+            f"Select the correct answer: {options[0]} or {options[1]}  Short answer:"
         )
     if question.category == 2:
         return (
             f"Based on the context: {context}, answer the following question. Use DATE of CONVERSATION "
             "to answer with an approximate date.\nPlease generate the shortest possible answer, using "
             f"words from the conversation where possible, and avoid using any subjects.\n\nQuestion: {text} "
-            "Short answer:" + _JSON_TAIL
+            "Short answer:"
         )
     if question.category == 6:
         return (
@@ -94,13 +103,22 @@ def answer_prompt(question: Question, context: str, seed: int = 0) -> str:
             "whenever possible.\n- Use this exact format: item1 ; item2 ; item3\n"
             "- Do NOT add numbering, commas, bullet points, or extra text.\n"
             "- If there is only one item, output just that single item (no extra words).\n\n"
-            f"Context:\n{context}\n\nQuestion: {text}\nAnswer:" + _JSON_TAIL
+            f"Context:\n{context}\n\nQuestion: {text}\nAnswer:"
         )
     return (
         f"Based on the context: {context}, write an answer in the form of a short phrase for the "
         "following question. Answer with exact words from the context whenever possible.\n\n"
-        f"Question: {text} Short answer:" + _JSON_TAIL
+        f"Question: {text} Short answer:"
     )
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One answer: its text, and whether the model's reply was the JSON asked for (False: the raw
+    reply is the answer, as the authors keep it)."""
+
+    text: str
+    parsed: bool
 
 
 @dataclass
@@ -113,27 +131,32 @@ class Answerer:
             unseeded; we fix it so runs repeat).
         adversarial_temperature: The authors sample category 5 at
             ``temperature_c5`` = 0.5; ``None`` keeps the stage's setting.
+        json_instruction: End the shared prompts with our request for the JSON
+            object (False: the authors' prompts, the schema alone asks for it).
     """
 
     llm: LLMClient
     seed: int = 0
     adversarial_temperature: float | None = None
+    json_instruction: bool = True
 
     def answer(self, questions: Sequence[Question], contexts: Sequence[str],
-               own_prompts: Sequence[str | None] | None = None) -> list[str]:
-        """One prediction per question; unparseable JSON falls back to the raw text.
+               own_prompts: Sequence[str | None] | None = None) -> list[Reply]:
+        """One reply per question; unparseable JSON falls back to the raw text.
 
         ``own_prompts`` (from :attr:`clag.types.Context.answer_prompt`) replaces
         the shared prompt where a method brings its own answer step.
         """
         own = own_prompts or [None] * len(questions)
-        prompts = [p or answer_prompt(q, c, self.seed) for q, c, p in zip(questions, contexts, own)]
+        prompts = [
+            p or answer_prompt(q, c, self.seed, self.json_instruction) for q, c, p in zip(questions, contexts, own)
+        ]
         adversarial = [i for i, q in enumerate(questions) if q.category == 5]
         groups = [[i for i in range(len(questions)) if i not in set(adversarial)], adversarial]
         overrides = [{}, {}]
         if self.adversarial_temperature is not None:
             overrides[1] = {"temperature": self.adversarial_temperature, "seed": self.seed}
-        predictions = [""] * len(questions)
+        replies = [Reply("", False)] * len(questions)
         for indices, extra in zip(groups, overrides):
             if not indices:
                 continue
@@ -141,5 +164,5 @@ class Answerer:
             results = self.llm.generate_json_with_text(batch, "answer", ANSWER_SCHEMA, **extra)
             for i, (value, text) in zip(indices, results):
                 # The authors keep the raw response when the JSON cannot be parsed.
-                predictions[i] = str(value["answer"]).strip() if value else text.strip()
-        return predictions
+                replies[i] = Reply(str(value["answer"]).strip(), True) if value else Reply(text.strip(), False)
+        return replies

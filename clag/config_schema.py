@@ -116,6 +116,7 @@ class AnswerSchema:
     """``answer``: the shared answerer."""
 
     adversarial_temperature: Optional[float] = field(default=MISSING, metadata=_at_least(0))
+    json_instruction: bool = MISSING
 
 
 @dataclass

@@ -340,7 +340,7 @@ def test_own_answer_step_hands_memoryos_prompt_to_the_answerer(embedder):
     backend = ScriptedBackend(lambda prompt, _config: json.dumps({"answer": "watercolours"}))
     predictions = Answerer(LLMClient(backend)).answer([trap, question()], [context.text, "ctx"],
                                                       [context.answer_prompt, None])
-    assert predictions == ["watercolours", "watercolours"]
+    assert [(reply.text, reply.parsed) for reply in predictions] == [("watercolours", True)] * 2
     sent = sorted(prompt for prompt, _ in backend.calls)  # the own prompt goes as is, the other keeps the shared one
     assert sent[0].startswith("Based on the context: ctx, write an answer") and sent[1] == context.answer_prompt
     assert ANSWER_SCHEMA["required"] == ["answer"]

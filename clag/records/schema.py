@@ -35,7 +35,9 @@ class PredictionRow(TypedDict):
     ``retrieval_ms`` leaves out the keyword LLM call (as the authors time
     retrieval); ``e2e_ms`` is keywords + retrieval + the question's share of
     its answer batch. Answer-call calls and tokens are the batch's, split
-    evenly, so they may be fractions.
+    evenly, so they may be fractions. ``answer_parsed`` says whether the answer
+    reply was the JSON asked for (False: its raw text is the prediction); runs
+    before 2026-12-03 lack it.
     """
 
     question_id: str
@@ -47,6 +49,7 @@ class PredictionRow(TypedDict):
     adversarial_answer: str | None
     category: int
     prediction: str
+    answer_parsed: NotRequired[bool]
     retrieved_ids: list[str]
     evidence_ids: list[str]
     context_chars: int

@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from clag.answer import Answerer
+from clag.answer import Answerer, Reply
 from clag.llm.client import LLMClient, UsageMeter
 from clag.memory.base import MemorySystem
 from clag.records.files import JsonlLog
@@ -98,7 +98,7 @@ def answer_episode(
             retrieval.append((total_ms, UsageMeter.diff(llm.usage.snapshot(), before)))
         before = llm.usage.snapshot()
         start = time.perf_counter()
-        answers = answerer.answer(chunk, [c.text for c in contexts], [c.answer_prompt for c in contexts])
+        replies = answerer.answer(chunk, [c.text for c in contexts], [c.answer_prompt for c in contexts])
         answer_ms = (time.perf_counter() - start) * 1000 / len(chunk)
         answer_usage = UsageMeter.diff(llm.usage.snapshot(), before)
         predictions.write(
@@ -106,7 +106,7 @@ def answer_episode(
                 prediction_row(
                     episode, q, c, a, total_ms, usage, answer_ms, answer_usage, len(chunk), predictions.config_hash
                 )
-                for q, c, a, (total_ms, usage) in zip(chunk, contexts, answers, retrieval)
+                for q, c, a, (total_ms, usage) in zip(chunk, contexts, replies, retrieval)
             ]
         )
     bar.close()
@@ -116,7 +116,7 @@ def prediction_row(
     episode: Episode,
     question: Question,
     context: Context,
-    prediction: str,
+    reply: Reply,
     retrieve_total_ms: float,
     usage: dict[str, StageUsage],
     answer_ms: float,
@@ -140,7 +140,8 @@ def prediction_row(
         answer=question.answer,
         adversarial_answer=question.adversarial_answer,
         category=question.category,
-        prediction=prediction,
+        prediction=reply.text,
+        answer_parsed=reply.parsed,
         retrieved_ids=context.source_ids,
         evidence_ids=list(question.evidence_ids),
         context_chars=len(context.text),

@@ -96,7 +96,12 @@ def _execute_held(spec: RunSpec, folder: RunFolder, wrap_backend: Callable[[LLMB
             episode_log.write([record])
         with lock:
             structure[episode.id] = system.describe()
-        answerer = Answerer(llm, seed=int(cfg.seed), adversarial_temperature=cfg.answer.adversarial_temperature)
+        answerer = Answerer(
+            llm,
+            seed=int(cfg.seed),
+            adversarial_temperature=cfg.answer.adversarial_temperature,
+            json_instruction=bool(cfg.answer.json_instruction),
+        )
         answer_episode(system, episode, answerer, llm, predictions, cfg)
 
     if workers == 1:

@@ -3,7 +3,9 @@
 The hash covers every key that can change a prediction or a metric and
 leaves out those that only say where things go or how they are shown
 (:data:`UNHASHED`), so the same run always lands in (and resumes from) the
-same folder, and a folder can tell whether a run is its own.
+same folder, and a folder can tell whether a run is its own. A setting added
+after runs were committed is hashed only where it departs from the value those
+runs were computed with (:data:`ADDED_LATER`), so adding it renames no folder.
 """
 
 from __future__ import annotations
@@ -33,16 +35,34 @@ UNHASHED = (
 )
 
 
+# Settings added after runs were committed, with the value every earlier run was computed with: left out
+# of the hash at that value, hashed as any key otherwise.
+ADDED_LATER: dict[str, Any] = {
+    "answer.json_instruction": True,
+    "model.reject_truncated_json": False,
+}
+
+
+_ANY = object()
+
+
+def _drop(tree: dict[str, Any], dotted: str, value: Any = _ANY) -> None:
+    """Remove the key ``dotted`` from ``tree`` (given ``value``: only where it holds that value)."""
+    node: Any = tree
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.get(key, {}) if isinstance(node, dict) else {}
+    if isinstance(node, dict) and leaf in node and (value is _ANY or node[leaf] == value):
+        del node[leaf]
+
+
 def hashed_view(container: dict[str, Any]) -> dict[str, Any]:
     """The part of a resolved config the hash covers, as plain JSON values."""
     trimmed = json.loads(json.dumps(container, default=str))
     for dotted in UNHASHED:
-        node = trimmed
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.get(key, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(leaf, None)
+        _drop(trimmed, dotted)
+    for dotted, earlier in ADDED_LATER.items():
+        _drop(trimmed, dotted, earlier)
     return trimmed
 
 

@@ -70,8 +70,8 @@ def grid(overrides: Sequence[str]) -> list[list[str]]:
 
 
 def run_label(cfg: DictConfig) -> str:
-    """``method / dataset[ / variant]``: a run of the grid as the reports name it."""
-    variant = cfg.get("variant_name")
+    """``method / dataset[ / variant or convention]``: a run of the grid as the reports name it."""
+    variant = cfg.get("variant_name") or cfg.get("convention_name")
     return f"{cfg.method.name} / {cfg.dataset.name}" + (f" / {variant}" if variant else "")
 
 

@@ -1,0 +1,54 @@
+"""The calling-convention switches of issue 29 and their report: hashes, prompts, date forms."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from clag.answer import answer_prompt
+from clag.config import compose_config
+from clag.running.spec import ADDED_LATER, hash_config
+from clag.tables.conventions import date_forms
+from clag.types import Question
+
+
+def _hash(overrides: list[str]) -> str:
+    return hash_config(OmegaConf.to_container(compose_config(overrides), resolve=True))
+
+
+def test_a_setting_added_later_renames_no_folder_at_its_old_value_and_does_at_a_new_one() -> None:
+    assert ADDED_LATER == {"answer.json_instruction": True, "model.reject_truncated_json": False}
+    base = compose_config([])
+    assert base.answer.json_instruction is True and base.model.reject_truncated_json is False
+    plain = _hash([])
+    container = OmegaConf.to_container(base, resolve=True)
+    del container["answer"]["json_instruction"], container["model"]["reject_truncated_json"]
+    assert hash_config(container) == plain  # the committed runs' configs lack both keys: same hash
+    assert _hash(["answer.json_instruction=false"]) != plain
+    assert _hash(["model.reject_truncated_json=true"]) != plain
+
+
+def test_each_convention_is_one_change_and_the_authors_model_takes_their_answer_prompt() -> None:
+    reference = compose_config(["+convention=reference"])
+    for name, key, value in [
+        ("raw_prompt", "model.prompt_format", "raw"),
+        ("schema_only", "answer.json_instruction", False),
+        ("free_decoding", "model.constrained_json", False),
+    ]:
+        cfg = compose_config([f"+convention={name}"])
+        assert OmegaConf.select(cfg, key) == value != OmegaConf.select(reference, key), name
+    authors = compose_config(["model=authors_sglang"])
+    assert authors.answer.json_instruction is False and authors.model.prompt_format == "raw"
+
+
+def test_the_answer_prompt_ends_at_short_answer_without_the_json_sentence() -> None:
+    for category in (1, 2, 4, 5):
+        question = Question("q", "When did Caroline go?", "7 May 2023", category, adversarial_answer="Paris")
+        ours, theirs = answer_prompt(question, "ctx"), answer_prompt(question, "ctx", json_instruction=False)
+        assert ours.startswith(theirs) and theirs.endswith("Short answer:")
+        assert ours[len(theirs):] == '\nReply with a JSON object {"answer": "..."}.'
+
+
+def test_date_forms_tell_iso_dates_from_other_dates_and_none() -> None:
+    answers = ["2023-05-14", "On 2023-5-7, before 9 June 2023", "14 May 2023", "the week before 9 June 2023",
+               "last week", "Not mentioned"]  # fmt: skip
+    assert date_forms(answers) == (2, 2, 2)
