@@ -4,8 +4,9 @@ One session-scoped server (``vllm_server`` in conftest.py, ~2 min to start
 on this CPU) serves all of it; the slices are tiny (one LoCoMo conversation,
 3 turns, 1 question), so the file costs a few minutes:
 
-* the five methods run as sweeps, all feeding the one server: three side by
-  side through Hydra's joblib launcher (``hydra/launcher=parallel``, as
+* five methods run as sweeps, all feeding the one server (A-mem and CLAG go
+  through it in ``tests/test_e2e_agentic.py``): three side by side through
+  Hydra's joblib launcher (``hydra/launcher=parallel``, as
   ``make reference`` runs), two through Hydra's submitit launcher in local
   mode (``cluster=local``: the job pickling, submission and result collection
   of ``cluster=slurm``), each of those two jobs writing its own LLM cache,
@@ -42,7 +43,7 @@ from clag.run import run_with_overrides
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 REPO = Path(__file__).resolve().parent.parent
-JOBLIB = ("rag", "amem", "clag")
+JOBLIB = ("rag", "full_context", "no_memory")
 SUBMITIT = ("gam", "memoryos")
 METHODS = JOBLIB + SUBMITIT
 # At the reference scale's settings, as `make reference` serves them: GAM's plan budget is then 512 tokens,
@@ -106,8 +107,8 @@ def test_every_method_runs_a_slice_through_the_server(first_sweep: dict[str, Any
     assert sorted(first_sweep["predictions"]) == sorted(METHODS)
     for method, rows in first_sweep["predictions"].items():
         assert len(rows) == 1 and all(isinstance(text, str) for text in rows.values()), method
-    assert first_sweep["requests"] >= 2 * len(METHODS)  # every method reached the server, ingesting and answering
-    [run] = (first_sweep["root"] / "runs").glob("*/locomo/amem/qwen2.5-0.5b/*/metrics.json")
+    assert first_sweep["requests"] >= 2 * len(METHODS)  # every method reached the server (GAM: 6 calls and more)
+    [run] = (first_sweep["root"] / "runs").glob("*/locomo/rag/qwen2.5-0.5b/*/metrics.json")
     info = json.loads(run.read_text())["run"]
     identity = info["model_identity"]
     assert identity["backend"] == "openai-compatible" and identity["dtype"] in ("bfloat16", "float32")
