@@ -7,7 +7,7 @@ from pathlib import Path
 
 from clag.config import compose_config
 from clag.running.spec import RunSpec
-from clag.running.status import grid, report, run_status
+from clag.running.status import grid, main, report, run_status
 
 
 def test_the_grid_is_the_sweepers_params_overridden_by_the_command_line() -> None:
@@ -36,3 +36,10 @@ def test_a_run_counts_only_its_own_rows_and_each_key_once(data_dir: Path, tmp_pa
     assert (status.state, status.answered, status.episodes_done, status.finished) == ("started", 1, 1, False)
     assert (folder / "predictions.jsonl").read_text().endswith('{"cut off')  # read-only: a live run's last line stays
     assert "0 of 1 runs finished; 1 of 60 questions answered." in report([status])
+
+
+def test_no_data_folder_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("CLAG_DATA_DIR", raising=False)
+    assert main(["experiment=reference_conventions"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no data directory") and "\n" not in err

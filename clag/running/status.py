@@ -26,7 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from clag.config import compose_config
-from clag.data import load_slice
+from clag.data import DatasetError, load_slice
 from clag.records.files import read_jsonl
 from clag.running.folder import RunFolder
 from clag.running.spec import RunSpec
@@ -117,7 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clag.running.status", description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="+", help="the sweep's overrides, as given to python -m clag.run -m")
     args = parser.parse_args(argv)
-    print(report([run_status(run) for run in grid(args.overrides)]))
+    try:
+        statuses = [run_status(run) for run in grid(args.overrides)]
+    except DatasetError as err:  # no data folder, a missing or damaged file: one line, as the runner says it
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report(statuses))
     return 0
 
 
