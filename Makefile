@@ -113,7 +113,7 @@ reference-replay: install ## Replay every finished reference run from the commit
 		$(PY) -m clag.running.replay --shards $(REFERENCE)/llm_cache --scratch $(REFERENCE_REPLAY) $$grid $(REFERENCE_ARGS) || status=1; \
 	done; exit $$status
 
-test: install vllm ## The test suite (real offline model and one real vLLM server included; 10-12 min on 2 cores)
+test: install vllm ## The test suite (real offline model and one real vLLM server included; 9-10 min on 2 cores)
 	$(PY) -m pytest -q -m "not slow" --durations=15
 
 test-all: install vllm ## Every test, the long checks marked `slow` too (~20 min on 2 cores)
