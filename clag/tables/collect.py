@@ -9,9 +9,12 @@ summarise with an interval (latency), ``predictions.jsonl``.
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import math
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -298,3 +301,25 @@ def provenance_notes(runs: Iterable[RunRecord]) -> list[str]:
             "not the paper's setting; differences from the paper are not evidence about the methods."
         )
     return notes
+
+
+def report_main(argv: list[str] | None, prog: str, doc: str, render: Callable[[Path, Path | None], str]) -> int:
+    """The command line of a Markdown report over a runs folder: ``RUNS [--out FILE]``.
+
+    ``render(runs, out)`` returns the Markdown (``out`` lets it write files beside it, e.g. a plot); it is
+    written to ``--out`` (its folder made), or printed.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    parser.add_argument("runs", type=Path, help="a runs folder (e.g. results/reference/runs)")
+    parser.add_argument("--out", type=Path, help="write the Markdown here instead of printing it")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    text = render(args.runs, args.out)
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+        logging.getLogger(prog).info("wrote %s", args.out)
+    else:
+        sys.stdout.write(text)
+    return 0

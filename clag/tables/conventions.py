@@ -15,8 +15,6 @@ were not the JSON asked for (their raw text is then the answer).
 
 from __future__ import annotations
 
-import argparse
-import logging
 import re
 import sys
 from pathlib import Path
@@ -26,8 +24,7 @@ from clag.compare import paired_difference
 from clag.metrics.aggregate import format_estimate
 from clag.metrics.temporal import date_spans
 from clag.records.runs import RunRecord, find_runs
-
-log = logging.getLogger(__name__)
+from clag.tables.collect import report_main
 
 # In the order of configs/convention/: the reference's own, each one change, then the authors' combination.
 CONVENTIONS = {
@@ -106,18 +103,7 @@ def render(runs_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m clag.tables.conventions", description=__doc__.splitlines()[0])
-    parser.add_argument("runs", type=Path, help="the experiment's runs folder (results/reference/conventions)")
-    parser.add_argument("--out", type=Path, help="write the Markdown here instead of printing it")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    text = render(args.runs)
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
-        log.info("wrote %s", args.out)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return report_main(argv, "python -m clag.tables.conventions", __doc__, lambda runs, _out: render(runs))
 
 
 if __name__ == "__main__":

@@ -33,8 +33,6 @@ With ``--out``, the attribution plot is written beside it (``<out>-attribution.p
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -49,10 +47,8 @@ from clag.metrics.aggregate import format_estimate
 from clag.metrics.attribution import CLASSES, attribution
 from clag.records.runs import RunRecord, find_runs
 from clag.tables import plots
-from clag.tables.collect import machines, matches, select_run
+from clag.tables.collect import machines, matches, report_main, select_run
 from clag.tables.specs import load_defaults
-
-log = logging.getLogger(__name__)
 
 BASELINES = ("rag", "amem", "gam", "memoryos", "full_context", "no_memory")
 RETRIEVERS = ("rag", "amem", "gam", "memoryos")  # the baselines that rank evidence
@@ -399,21 +395,10 @@ def render(runs_dir: Path, plot: Path | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m clag.tables.findings", description=__doc__.splitlines()[0])
-    parser.add_argument("runs", type=Path, help="a runs folder (e.g. results/reference/runs)")
-    parser.add_argument("--out", type=Path, help="write the Markdown here instead of printing it")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-    plot = args.out.with_name(f"{args.out.stem}-attribution.png") if args.out else None
-    text = render(args.runs, plot)
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
-        log.info("wrote %s", args.out)
-    else:
-        sys.stdout.write(text)
-    return 0
+    def with_plot(runs: Path, out: Path | None) -> str:
+        return render(runs, out.with_name(f"{out.stem}-attribution.png") if out else None)
+
+    return report_main(argv, "python -m clag.tables.findings", __doc__, with_plot)
 
 
 if __name__ == "__main__":
