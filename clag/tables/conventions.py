@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,11 @@ def convention(run: RunRecord) -> str:
 
 def date_forms(predictions: list[str]) -> tuple[int, int, int]:
     """``(ISO, other, none)``: answers holding an ISO date, a date in another form only, no date at all."""
-    iso = sum(bool(ISO_DATE.search(text)) for text in predictions)
-    other = sum(not ISO_DATE.search(text) and bool(date_spans(text)) for text in predictions)
-    return iso, other, len(predictions) - iso - other
+    forms = ["iso" if ISO_DATE.search(text) else "other" if date_spans(text) else "none" for text in predictions]
+    return forms.count("iso"), forms.count("other"), forms.count("none")
 
 
-def _not_json(rows: list[dict[str, Any]]) -> str:
+def _not_json(rows: Sequence[Mapping[str, Any]]) -> str:
     flags = [row["answer_parsed"] for row in rows if "answer_parsed" in row]
     return f"{sum(not flag for flag in flags)}" if flags else "—"
 
@@ -74,7 +74,7 @@ def conventions_table(runs: list[RunRecord]) -> str:
             run = by_convention.get(name)
             if run is None:
                 continue
-            rows = [dict(row) for row in run.predictions]
+            rows = run.predictions
             iso, other, none = date_forms([str(row.get("prediction") or "") for row in rows])
             change = "—"
             if baseline is not None and name != "reference":
