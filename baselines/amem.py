@@ -83,7 +83,7 @@ class AMemMemory(MemoryBase):
         start = time.perf_counter()
         hits = self.core.search(self.core.embed(keywords), self.retrieve_k)
         search_ms = (time.perf_counter() - start) * 1000
-        text, source_ids = self.core.render(hits, self.retrieve_k)
+        text, source_ids, link_share = self.core.render(hits, self.retrieve_k)
         return Context(
             text=text,
             source_ids=source_ids,
@@ -93,6 +93,7 @@ class AMemMemory(MemoryBase):
                 "mode": "global",
                 "search_space": len(self.core),
                 "total_notes": len(self.core),
+                "link_share": link_share,
             },
         )
 

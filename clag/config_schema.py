@@ -90,6 +90,7 @@ class JudgeSchema:
     prompts: list[str] = field(default=MISSING, metadata=_one_of(*JUDGE_PROMPTS))
     max_new_tokens: int = field(default=MISSING, metadata=_at_least(1))
     skip_categories: dict[str, list[int]] = MISSING
+    overrides: list[str] = MISSING
 
 
 @dataclass

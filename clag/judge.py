@@ -5,6 +5,15 @@ the ``j_*`` accuracies and the ``judge`` section, as when a run judges
 itself at its end (``metrics.judge.enabled``).
 
     python -m clag.judge RUN_DIR [RUN_DIR ...] [--model qwen2.5-1.5b] [--prompts lenient strict]
+        [--override engine=vllm ...]
+
+With ``--calibrate OUT``, the first RUN_DIR (a LoCoMo run) gives the
+questions of a calibration set of known verdicts
+(:mod:`clag.metrics.judge_calibration`); the judge grades it twice, greedy
+and sampled at another seed, and ``OUT`` receives ``items.jsonl``,
+``calibration.json`` (acceptance per prompt and kind, self-agreement, and
+whether each prompt passes the rule that lets its J into the tables) and
+``calibration.md``.
 """
 
 from __future__ import annotations
@@ -13,15 +22,17 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from clag.llm.client import LLMClient
-from clag.metrics.judge import PROMPTS, JudgeSettings, apply_judge, format_judge
+from clag.metrics import judge_calibration as calibration
+from clag.metrics.judge import PROMPTS, JudgeSettings, apply_judge, format_judge, judge_rows
 from clag.records.files import read_jsonl, rewrite_jsonl, write_json
-from clag.running.build import judge_client
+from clag.running.build import client_for_model, judge_client
 
 
 def judge_run(run_dir: Path, settings: JudgeSettings, llm: LLMClient | None = None) -> dict[str, Any]:
@@ -47,12 +58,63 @@ def judge_run(run_dir: Path, settings: JudgeSettings, llm: LLMClient | None = No
     return metrics
 
 
+SAMPLED = {"temperature": 0.7, "seed": 1}
+"""The calibration's second judge run: sampled, so that its agreement with the greedy run measures the
+judge's own noise (a second greedy run would repeat the first)."""
+
+
+def calibrate(run_dir: Path, out: Path, settings: JudgeSettings, llm: LLMClient | None = None) -> dict[str, Any]:
+    """Judge the calibration set of ``run_dir``'s questions twice; write and return ``calibration.json``."""
+    rows = read_jsonl(run_dir / "predictions.jsonl")
+    items = calibration.calibration_rows(rows)
+    if not items:
+        raise ValueError(f"{run_dir}: no question yields a calibration item (a LoCoMo run is needed)")
+    name = str(settings.model)
+    if llm is None:
+        try:
+            llm = client_for_model(name, settings.overrides)
+        except Exception as err:  # any failure to build a model (missing weights, a server that is down)
+            raise RuntimeError(f"judge model {name!r} cannot be built: {err}") from err
+    unskipped = replace(settings, skip_categories={})
+    first, summary = judge_rows(items, llm, unskipped, None, name)
+    second, _ = judge_rows(items, llm, replace(unskipped, **SAMPLED), None, name)
+    report: dict[str, Any] = {
+        "judge": {key: summary[key] for key in ("model", "params_b", "small", "label", "prompts", "model_identity")},
+        "source_run": str(run_dir),
+        "items": len(items),
+        "second_run": SAMPLED,
+        "rule": {
+            "min_right": calibration.MIN_RIGHT,
+            "max_wrong": calibration.MAX_WRONG,
+            "min_self_kappa": calibration.MIN_SELF_KAPPA,
+        },
+        "prompts": {},
+    }
+    for prompt in settings.prompts:
+        kinds = calibration.acceptance(first, prompt)
+        agreement = calibration.self_agreement(first, second, prompt)
+        passed, failed = calibration.separates(kinds, agreement["kappa"])
+        report["prompts"][prompt] = {"kinds": kinds, "self_agreement": agreement, "passes": passed, "failed": failed}
+    out.mkdir(parents=True, exist_ok=True)
+    for row, again in zip(first, second):
+        row["sampled"] = {prompt: again["judge"].get(prompt) for prompt in settings.prompts}
+    rewrite_jsonl(out / "items.jsonl", first)
+    write_json(out / "calibration.json", report)
+    (out / "calibration.md").write_text(calibration.format_report(report))
+    return report
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m clag.judge", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="finished run folders")
     parser.add_argument("--model", help="configs/model name of the judge (default: each run's own model)")
     parser.add_argument("--prompts", nargs="+", choices=PROMPTS, default=list(PROMPTS))
     parser.add_argument("--max-new-tokens", type=int, default=JudgeSettings.max_new_tokens)
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE",
+        help="Hydra override of the judge model's config (repeatable), e.g. engine=vllm",
+    )
+    parser.add_argument("--calibrate", type=Path, metavar="OUT", help="judge the calibration set into OUT instead")
     return parser
 
 
@@ -61,8 +123,23 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     settings = JudgeSettings(
-        enabled=True, model=args.model, prompts=tuple(args.prompts), max_new_tokens=args.max_new_tokens
+        enabled=True,
+        model=args.model,
+        prompts=tuple(args.prompts),
+        max_new_tokens=args.max_new_tokens,
+        overrides=tuple(args.override),
     )
+    if args.calibrate:
+        if not args.model:
+            print("error: --calibrate needs --model (the judge is not a run's own model here)", file=sys.stderr)
+            return 2
+        try:
+            report = calibrate(args.run_dirs[0], args.calibrate, settings)
+        except (OSError, ValueError, RuntimeError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(calibration.format_report(report))
+        return 0
     status = 0
     for run_dir in args.run_dirs:
         try:

@@ -242,12 +242,13 @@ def test_search_scope_restricts_the_pool(embedder):
     assert set(core.search(query, 5, scope=[2, 5, 8])) == {2, 5, 8}
 
 
-def test_render_follows_each_note_with_its_links_and_lists_links_after_ranked_ids(embedder):
+def test_render_follows_each_note_with_its_links_lists_links_after_ranked_ids_and_counts_their_share(embedder):
     core = filled_core(embedder, Script(), 6)
     core.notes[0].links = [4, 5]
     core.notes[2].links = [0]
-    text, ids = core.render([0, 2], link_limit=1)
+    text, ids, link_share = core.render([0, 2], link_limit=1)
     lines = text.splitlines()
+    assert link_share == (len(lines[1]) + len(lines[3]) + 2) / len(text)  # lines 1 and 3 came by links
     assert len(lines) == 4
     assert lines[0].startswith("talk start time:1:56 pm on 8 May, 2023\tmemory content: Speaker Carolinesays : I baked")
     assert "memory keywords: ['baked', 'sourdough', 'bread']" in lines[0] and "memory tags:" in lines[0]

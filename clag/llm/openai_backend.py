@@ -77,6 +77,10 @@ class OpenAICompatibleBackend:
         extra_body: Fields merged into every request (e.g. vLLM's
             ``chat_template_kwargs: {enable_thinking: false}``); part of the
             identity, so never put secrets here.
+        disable_any_whitespace: The server forbids free whitespace in guided JSON (a server-wide
+            vLLM setting, :class:`clag.llm.serve.ServerSpec`); joins the identity when set, and a
+            server :mod:`clag.llm.serve` started with another setting is refused. A server at
+            ``base_url`` cannot be checked: it must be started to match.
     """
 
     max_retries = 4  # attempts after the first, on connection errors, 429 and 5xx
@@ -95,6 +99,7 @@ class OpenAICompatibleBackend:
         max_concurrency: int = 8,
         timeout_s: float = 120,
         extra_body: dict | None = None,
+        disable_any_whitespace: bool = False,
     ) -> None:
         check_prompt_format(prompt_format)
         self.base_url = base_url
@@ -107,6 +112,7 @@ class OpenAICompatibleBackend:
         self.max_concurrency = max(1, max_concurrency)
         self.timeout_s = timeout_s
         self.extra_body = dict(extra_body or {})
+        self.disable_any_whitespace = disable_any_whitespace
         self._root: str | None = None
         self._identity: dict[str, Any] | None = None
 
@@ -119,7 +125,7 @@ class OpenAICompatibleBackend:
                 from clag.llm.serve import ServeError, running_url
 
                 try:
-                    base_url = running_url(self.model)
+                    base_url = running_url(self.model, self.disable_any_whitespace)
                 except ServeError as err:
                     raise ServerError(str(err)) from err
             self._root = base_url.rstrip("/").removesuffix("/v1")
@@ -148,6 +154,8 @@ class OpenAICompatibleBackend:
                 "prompt_format": self.prompt_format,
                 "extra_body": self.extra_body,
             }
+            if self.disable_any_whitespace:  # only when set: the committed calls' keys stay
+                self._identity["disable_any_whitespace"] = True
         return dict(self._identity)
 
     def server_info(self) -> dict[str, str]:

@@ -66,6 +66,9 @@ TCMALLOC_CANDIDATES = (
 )
 
 
+NO_WHITESPACE_ARGS = ("--structured-outputs-config", '{"disable_any_whitespace": true}')
+
+
 class ServeError(RuntimeError):
     """vLLM could not be installed, started or reached; the message says what to do."""
 
@@ -222,6 +225,10 @@ class ServerSpec:
         block_size: KV-cache block size in tokens (``--block-size``); None = the engine's own
             (128 on a CPU). Only whole blocks enter the prefix cache, so smaller blocks let shorter
             shared prefixes hit.
+        disable_any_whitespace: Forbid the free whitespace xgrammar allows between JSON tokens
+            (vLLM sets it for the whole server only): without it a small model can answer ``{``
+            and then whitespace up to its token budget. Part of the cache identity
+            (the backend's ``disable_any_whitespace``), so the server's must match the run's.
         extra_args: More ``api_server`` arguments, as is.
     """
 
@@ -234,6 +241,7 @@ class ServerSpec:
     reserved_cpus: int | None = None
     chunked_prefill: bool | None = None
     block_size: int | None = None
+    disable_any_whitespace: bool = False
     extra_args: list[str] = field(default_factory=list)
 
     @classmethod
@@ -250,6 +258,7 @@ class ServerSpec:
             reserved_cpus=None if serve.get("reserved_cpus") is None else int(serve.reserved_cpus),
             chunked_prefill=None if serve.get("chunked_prefill") is None else bool(serve.chunked_prefill),
             block_size=None if serve.get("block_size") is None else int(serve.block_size),
+            disable_any_whitespace=bool(model_cfg.backend.get("disable_any_whitespace", False)),
             extra_args=[str(arg) for arg in serve.get("extra_args") or []],
         )
 
@@ -270,6 +279,10 @@ class ServerState:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def disables_any_whitespace(self) -> bool:
+        return NO_WHITESPACE_ARGS[1] in self.extra_args
 
 
 def _state_file(name: str) -> Path:
@@ -349,15 +362,29 @@ def engine_counters(before: dict[str, float], after: dict[str, float]) -> dict[s
     }
 
 
-def running_url(name: str) -> str:
-    """Base URL of the healthy server of ``name``; one clear error where there is none."""
+def running_url(name: str, disable_any_whitespace: bool = False) -> str:
+    """Base URL of the server of ``name``; one clear error where there is none or its JSON whitespace
+    setting is not the run's."""
     state = read_state(name)
     if state is None:
         raise ServeError(
             f"no vLLM server is running for model '{name}'; start one with "
             f"`make serve` or `python -m clag.llm.serve start model=...`"
         )
+    check_whitespace(state, disable_any_whitespace)
     return state.url
+
+
+def check_whitespace(state: ServerState, disable_any_whitespace: bool) -> None:
+    """Refuse a server whose JSON whitespace setting differs from the run's: its answers would enter the
+    cache under the wrong identity."""
+    if state.disables_any_whitespace != disable_any_whitespace:
+        server = "forbids" if state.disables_any_whitespace else "allows"
+        raise ServeError(
+            f"the vLLM server of '{state.name}' (pid {state.pid}) {server} free JSON whitespace and this run "
+            f"asks otherwise (model.backend.disable_any_whitespace={disable_any_whitespace}); stop it with "
+            f"`python -m clag.llm.serve stop model=...` and start it with the run's overrides"
+        )
 
 
 def free_port() -> int:
@@ -418,6 +445,7 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
     """Start (or reuse) the server of ``spec.name`` and wait until ``/health`` answers."""
     if (state := read_state(spec.name)) is not None:
         if healthy(state.url):
+            check_whitespace(state, spec.disable_any_whitespace)
             log.info("vLLM already serves %s at %s (pid %d)", spec.name, state.url, state.pid)
             return state
         stop(spec.name)
@@ -430,6 +458,7 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
         *(["--revision", spec.revision] if spec.revision else []),
         *scheduler_args(spec.chunked_prefill, spec.max_model_len),
         *(["--block-size", str(spec.block_size)] if spec.block_size else []),
+        *(NO_WHITESPACE_ARGS if spec.disable_any_whitespace else []),
         *spec.extra_args,
     ]
     command = [

@@ -322,26 +322,31 @@ class AgenticCore:
 
     # -- retrieval -----------------------------------------------------------
 
-    def render(self, indices: Sequence[int], link_limit: int) -> tuple[str, list[str]]:
-        """Answer context and source ids for ranked notes plus their links.
+    def render(self, indices: Sequence[int], link_limit: int) -> tuple[str, list[str], float]:
+        """Answer context, source ids and the share of the context's characters that links brought.
 
         Each note is followed by up to ``link_limit`` notes it links to, as
         in the authors' ``find_related_memories_raw`` (repeats included).
         Source ids are the ranked notes' item ids, then linked notes' ids
         not already listed, so rank-based evidence metrics see the ranking.
+        The link share (0 for an empty context) says how much of what the
+        answerer reads evolution's links put there, not the search.
         """
         lines: list[str] = []
         ranked = [self.notes[i].source_id for i in indices]
         linked: list[str] = []
+        linked_chars = 0
         for i in indices:
             note = self.notes[i]
             lines.append(note.line())
             for target in note.links[:link_limit]:
                 lines.append(self.notes[target].line())
                 linked.append(self.notes[target].source_id)
+                linked_chars += len(lines[-1]) + 1
         seen = set(ranked)
         extra = [s for s in dict.fromkeys(linked) if s not in seen]
-        return "".join(line + "\n" for line in lines), ranked + extra
+        text = "".join(line + "\n" for line in lines)
+        return text, ranked + extra, linked_chars / len(text) if text else 0.0
 
     # -- telemetry and persistence -------------------------------------------
 

@@ -374,7 +374,7 @@ class ClagMemory(MemoryBase):
         if not hits:
             hits = self.core.search(query, p["retrieve_k"])
         timings["search"] = (time.perf_counter() - start) * 1000
-        text, source_ids = self.core.render(hits, p["retrieve_k"])
+        text, source_ids, telemetry["link_share"] = self.core.render(hits, p["retrieve_k"])
         return Context(text=text, source_ids=source_ids, timings_ms=timings, telemetry=telemetry)
 
     def _pick(self, keywords: str, query_tags: list[str]) -> tuple[list[str], dict[str, Any]]:

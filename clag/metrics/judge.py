@@ -147,6 +147,11 @@ class JudgeSettings:
         prompts: Which of :data:`PROMPTS` to ask.
         max_new_tokens: Reply budget (a reason sentence and the label).
         skip_categories: Dataset -> categories left unjudged (LoCoMo's adversarial 5, as mem0).
+        temperature: 0 = greedy (the judge's verdicts); above 0 with ``seed``, a sampled judge run
+            (the calibration's second run, for the judge's agreement with itself).
+        seed: Sampling seed of a sampled judge run.
+        overrides: Hydra overrides of the judge model's config when it is not the run's own
+            (e.g. ``engine=vllm``, ``cache.path=...``: the reference keeps its judge calls in its own cache).
     """
 
     enabled: bool = False
@@ -154,6 +159,9 @@ class JudgeSettings:
     prompts: tuple[str, ...] = PROMPTS
     max_new_tokens: int = 96
     skip_categories: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: {"locomo": (5,)})
+    temperature: float = 0.0
+    seed: int | None = None
+    overrides: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.prompts if name not in _RULES]
@@ -175,7 +183,13 @@ class JudgeSettings:
             kwargs["max_new_tokens"] = int(node["max_new_tokens"])
         if node.get("skip_categories") is not None:
             kwargs["skip_categories"] = {str(k): tuple(int(c) for c in v) for k, v in node["skip_categories"].items()}
+        if node.get("overrides"):
+            kwargs["overrides"] = tuple(str(o) for o in node["overrides"])
         return cls(**kwargs)
+
+    def sampling(self) -> dict[str, Any]:
+        """Generation overrides of a sampled judge run; none for the greedy judge (its cache keys stay)."""
+        return {"temperature": self.temperature, "seed": self.seed} if self.temperature > 0 else {}
 
 
 def _gold(row: Mapping[str, Any]) -> str:
@@ -217,7 +231,12 @@ def judge_rows(
             for i in eligible
         ]
         replies = llm.generate_json_with_text(
-            prompts, f"judge_{name}", VERDICT_SCHEMA, max_new_tokens=settings.max_new_tokens, repetition_penalty=1.0
+            prompts,
+            f"judge_{name}",
+            VERDICT_SCHEMA,
+            max_new_tokens=settings.max_new_tokens,
+            repetition_penalty=1.0,
+            **settings.sampling(),
         )
         tally = {CORRECT: 0, WRONG: 0, UNCLEAR: 0}
         for i, (value, text) in zip(eligible, replies):

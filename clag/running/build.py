@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,12 +78,13 @@ def build_client(backend: LLMBackend, model_cfg: DictConfig, cache_cfg: DictConf
     )
 
 
-def client_for_model(name: str) -> LLMClient:
-    """A client of ``configs/model/<name>.yaml``, built exactly as a run of that model builds it
-    (the LLM judge's and the failure classifier's, when they are not the run's own model)."""
+def client_for_model(name: str, overrides: Sequence[str] = ()) -> LLMClient:
+    """A client of ``configs/model/<name>.yaml`` (with Hydra ``overrides``, e.g. ``engine=vllm``), built
+    exactly as a run of that model builds it (the LLM judge's and the failure classifier's, when they are
+    not the run's own model)."""
     from clag.config import compose_config
 
-    cfg = compose_config([f"model={name}"])
+    cfg = compose_config([f"model={name}", *overrides])
     return build_client(build_backend(cfg.model), cfg.model, cfg.cache)
 
 
@@ -102,6 +103,6 @@ def judge_client(
         cache_cfg = OmegaConf.create(dict(run_cfg["cache"]))
         return build_client(backend or build_backend(model_cfg), model_cfg, cache_cfg), own
     try:
-        return client_for_model(str(settings.model)), str(settings.model)
+        return client_for_model(str(settings.model), settings.overrides), str(settings.model)
     except Exception as err:  # any failure to build a model (missing weights, a server that is down)
         raise RuntimeError(f"judge model {settings.model!r} cannot be built: {err}") from err

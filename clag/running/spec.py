@@ -40,6 +40,8 @@ UNHASHED = (
 ADDED_LATER: dict[str, Any] = {
     "answer.json_instruction": True,
     "model.reject_truncated_json": False,
+    "metrics.judge.overrides": [],
+    "model.backend.disable_any_whitespace": False,
 }
 
 
