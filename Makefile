@@ -15,13 +15,20 @@ REFERENCE := results/reference
 REFERENCE_ARGS ?=
 # Where `make reference-replay` replays the reference runs (scratch: run folders and a cache from the shards)
 REFERENCE_REPLAY ?= /tmp/clag-reference-replay
-# Its sweeps, in order (results do not depend on it): CLAG and its two closest baselines on both
-# datasets first, so the central claims are testable soonest; then the other runs; then the ablations;
-# then the calling-convention experiment on the temporal questions (results/reference/conventions/)
+# Its sweeps, in order (results do not depend on it). The first reference (finished 2026-12-02: CLAG and
+# its two closest baselines first, then the other runs, then the ablations) and the calling-convention
+# experiment (results/reference/conventions/) replay from the committed calls. Then the reference under
+# the corrected conventions (issue 29): LoCoMo's RAG, A-mem and CLAG first, the verdict's core; then CLAG
+# and A-mem with the authors' code settings; then the other corrected runs and ablations
 REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations \
-	experiment=reference_conventions
+	experiment=reference_conventions "experiment=reference_corrected dataset=locomo method=rag,amem,clag" \
+	experiment=reference_authors_code experiment=reference_corrected experiment=reference_corrected_ablations
 # Its grids, as `make reference-status` and `make reference-replay` walk them
-REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experiment=reference_conventions
+REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experiment=reference_conventions \
+	experiment=reference_corrected experiment=reference_authors_code experiment=reference_corrected_ablations
+# The runs the committed tables and findings are rendered from: the first reference's, until the corrected
+# re-run has finished
+REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
 # The tested package set, as pip constraints; LOCK= installs from pyproject's ranges alone (e.g. beside a
@@ -90,16 +97,16 @@ endif
 
 reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; resumes from results/reference/), then its tables
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
-	$(PY) -m clag.llm.serve start experiment=reference
+	$(PY) -m clag.llm.serve start experiment=reference_corrected
 	status=0; \
 	for sweep in $(REFERENCE_SWEEPS); do \
 		$(PY) -m clag.run -m $$sweep $(REFERENCE_ARGS) || { status=$$?; break; }; \
 	done; \
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
-	$(PY) -m clag.llm.serve stop experiment=reference; \
+	$(PY) -m clag.llm.serve stop experiment=reference_corrected; \
 	exit $$status
-	$(PY) -m clag.tables --runs $(REFERENCE)/runs --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
-	$(PY) -m clag.tables.findings $(REFERENCE)/runs --out $(REFERENCE)/findings.md
+	$(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
+	$(PY) -m clag.tables.findings $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/findings.md
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 
 reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)

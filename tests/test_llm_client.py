@@ -150,6 +150,24 @@ def test_json_retry_then_fallback_are_counted(cache: CallCache) -> None:
     assert backend.calls[0][1].json_schema == ANSWER  # constrained decoding asked for
 
 
+def test_the_authors_acceptance_keeps_placeholder_echoes_and_never_retries(cache: CallCache) -> None:
+    def respond(prompt: str, config: GenerationConfig) -> str:
+        return {"good": '{"answer": "Paris"}', "echo": '{"answer": "your answer here"}'}.get(prompt, "no json")
+
+    backend = NamedBackend("m1", respond)
+    ours = LLMClient(backend, cache)
+    values = ours.generate_json(["good", "echo", "prose"], stage="note", schema=ANSWER)
+    assert values == [{"answer": "Paris"}, None, None]
+    assert ours.usage.snapshot()["note"]["placeholder_echoes"] == 2  # the echo and its retry, each refused
+    calls = len(backend.calls)
+    authors = LLMClient(backend, cache, json_retry=False, accept_placeholders=True)
+    values = authors.generate_json(["good", "echo", "prose"], stage="note", schema=ANSWER)
+    assert values == [{"answer": "Paris"}, {"answer": "your answer here"}, None]
+    usage = authors.usage.snapshot()["note"]
+    assert (usage["placeholder_echoes"], usage["parse_failures"], usage["retries"], usage["fallbacks"]) == (1, 1, 0, 1)
+    assert len(backend.calls) == calls  # all three answered from the cache: no retry was asked
+
+
 @pytest.mark.parametrize("reject", [False, True])
 def test_a_reply_cut_off_at_its_budget_is_counted_and_rejected_when_asked(reject: bool) -> None:
     def respond(prompt: str, config: GenerationConfig) -> str:  # the scripted backend counts words as tokens
@@ -203,6 +221,7 @@ def test_usage_diff_drops_idle_stages() -> None:
             "retries": 0,
             "fallbacks": 0,
             "truncated": 0,
+            "placeholder_echoes": 0,
         }
     }
 

@@ -57,3 +57,25 @@ def test_the_server_launch_settings_do_not_rename_the_run_folder() -> None:
     relaunched = compose_config([*overrides, "model.serve.kv_cache_gib=9", "model.serve.reserved_cpus=1"])
     assert RunSpec.from_config(relaunched).config_hash == base
     assert RunSpec.from_config(compose_config([*overrides, "model.backend.dtype=float32"])).config_hash != base
+
+
+def test_a_server_with_another_json_whitespace_setting_is_refused() -> None:
+    cfg = compose_config(["engine=vllm", "model.backend.disable_any_whitespace=true"])
+    spec = ServerSpec.from_model_config(cfg.model)
+    assert spec.disable_any_whitespace
+    free = serve.ServerState("m", 1, 8000, "bfloat16", "log", "dir", 0.0, ["--block-size", "32"])
+    strict = serve.ServerState("m", 1, 8000, "bfloat16", "log", "dir", 0.0, list(serve.NO_WHITESPACE_ARGS))
+    serve.check_whitespace(free, False)
+    serve.check_whitespace(strict, True)
+    with pytest.raises(serve.ServeError, match="allows free JSON whitespace"):
+        serve.check_whitespace(free, True)
+    with pytest.raises(serve.ServeError, match="forbids free JSON whitespace"):
+        serve.check_whitespace(strict, False)
+
+
+def test_the_whitespace_setting_joins_the_identity_only_when_set() -> None:
+    from clag.llm.openai_backend import OpenAICompatibleBackend
+
+    plain = OpenAICompatibleBackend("http://x", "m", dtype="bfloat16").identity()
+    strict = OpenAICompatibleBackend("http://x", "m", dtype="bfloat16", disable_any_whitespace=True).identity()
+    assert "disable_any_whitespace" not in plain and strict == {**plain, "disable_any_whitespace": True}

@@ -32,9 +32,11 @@ USAGE_FIELDS = (
     "retries",
     "fallbacks",
     "truncated",
+    "placeholder_echoes",
 )
 """Per stage: calls, answered from the cache, tokens, JSON calls and their parse failures, retries and
-fallbacks, and completions that stopped at their token budget (``truncated``: the reply was cut off)."""
+fallbacks, completions that stopped at their token budget (``truncated``: the reply was cut off), and JSON
+replies whose required fields echo the prompt's placeholders (``placeholder_echoes``, accepted or not)."""
 
 
 class UsageMeter:
@@ -84,6 +86,10 @@ class LLMClient:
         reject_truncated_json: A JSON reply that stopped at its token budget is a failure (retried,
             then the caller's fallback), never accepted after repair; off keeps the repaired object, as
             the committed reference ran. Truncated replies are counted either way (``truncated``).
+        json_retry: Retry a failed JSON call once (ours); off = the caller's fallback at once, counted
+            (the authors' code never retries).
+        accept_placeholders: Keep a reply whose required fields echo the prompt's placeholders or are
+            empty (the authors' code keeps whatever parses); off refuses it. Counted either way.
     """
 
     def __init__(
@@ -97,6 +103,8 @@ class LLMClient:
         retry_seed: int = 1234,
         cache_only: bool = False,
         reject_truncated_json: bool = False,
+        json_retry: bool = True,
+        accept_placeholders: bool = False,
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -107,6 +115,8 @@ class LLMClient:
         self.retry_seed = retry_seed
         self.cache_only = cache_only
         self.reject_truncated_json = reject_truncated_json
+        self.json_retry = json_retry
+        self.accept_placeholders = accept_placeholders
         self.usage = UsageMeter()
         self._identity = backend.identity()
 
@@ -144,26 +154,38 @@ class LLMClient:
         config = self.config_for(stage, json_schema=json_schema, **overrides)
         completions = self._complete(list(prompts), config, stage)
         texts = [c.text for c in completions]
-        results = [self._parse(c, config, schema) for c in completions]
+        results = [self._parse(c, config, schema, stage) for c in completions]
         failed = [i for i, value in enumerate(results) if value is None]
         self.usage.add(stage, json_calls=len(prompts), parse_failures=len(failed))
-        if failed:
+        if failed and not self.json_retry:
+            self.usage.add(stage, fallbacks=len(failed))
+        elif failed:
             retry = replace(config, temperature=self.json_retry_temperature, seed=self.retry_seed)
             retried = self._complete([prompts[i] for i in failed], retry, stage)
             self.usage.add(stage, retries=len(failed))
             for i, completion in zip(failed, retried):
                 texts[i] = completion.text
-                results[i] = self._parse(completion, retry, schema)
+                results[i] = self._parse(completion, retry, schema, stage)
                 if results[i] is None:
                     log.debug("stage %s: unusable JSON after retry: %r", stage, completion.text[:200])
             self.usage.add(stage, fallbacks=sum(results[i] is None for i in failed))
         return list(zip(results, texts))
 
-    def _parse(self, completion: Completion, config: GenerationConfig, schema: Mapping[str, Any]) -> dict | None:
-        """The reply's JSON object, or None; a cut-off reply is None when truncated JSON is rejected."""
+    def _parse(
+        self, completion: Completion, config: GenerationConfig, schema: Mapping[str, Any], stage: str
+    ) -> dict | None:
+        """The reply's JSON object, or None; a cut-off reply is None when truncated JSON is rejected.
+
+        A reply that is valid but for echoed placeholders is counted in ``placeholder_echoes`` and
+        then refused, or accepted with ``accept_placeholders`` (the authors' code).
+        """
         if self.reject_truncated_json and truncated(completion, config):
             return None
-        return parse_json_object(completion.text, schema)
+        value = parse_json_object(completion.text, schema)
+        if value is None and (echo := parse_json_object(completion.text, schema, accept_placeholders=True)):
+            self.usage.add(stage, placeholder_echoes=1)
+            return echo if self.accept_placeholders else None
+        return value
 
     def _keep_answered(self, err: Exception, generated: list[int], keys: list[str | None]) -> None:
         """Cache what a batch answered before it failed (``completed`` of the error, by position in

@@ -94,7 +94,7 @@ def _is_type(field: Any, kind: str | None) -> bool:
     return isinstance(field, expected.get(kind, object))
 
 
-def _validate(value: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any] | None:
+def _validate(value: dict[str, Any], schema: Mapping[str, Any], accept_placeholders: bool) -> dict[str, Any] | None:
     properties = schema.get("properties", {})
     for name, spec in properties.items():
         if name in value:
@@ -105,12 +105,14 @@ def _validate(value: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any
         field = value[name]
         if not _is_type(field, properties.get(name, {}).get("type")):
             return None
-        if isinstance(field, (str, list)) and _echoed(field, properties.get(name, {})):
+        if not accept_placeholders and isinstance(field, (str, list)) and _echoed(field, properties.get(name, {})):
             return None
     return value
 
 
-def parse_json_object(text: str, schema: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+def parse_json_object(
+    text: str, schema: Mapping[str, Any] | None = None, accept_placeholders: bool = False
+) -> dict[str, Any] | None:
     """Parse ``text`` into a dict that satisfies ``schema``, or ``None``.
 
     Repair uses ``json_repair``. When the text holds several JSON values (an
@@ -119,7 +121,8 @@ def parse_json_object(text: str, schema: Mapping[str, Any] | None = None) -> dic
     present with the declared type (after the repairs listed in the module
     docstring); no required string may be empty or a placeholder, and no
     required list may hold placeholders only (an empty list is an answer,
-    e.g. no cluster picked).
+    e.g. no cluster picked). ``accept_placeholders`` drops that last check, as
+    the authors' code takes whatever the model returns.
     """
     text = strip_think(text)
     try:
@@ -133,7 +136,7 @@ def parse_json_object(text: str, schema: Mapping[str, Any] | None = None) -> dic
     else:
         candidates = []
     for candidate in candidates:
-        result = _validate(candidate, schema) if schema else candidate
+        result = _validate(candidate, schema, accept_placeholders) if schema else candidate
         if result is not None:
             return result
     return None

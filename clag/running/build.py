@@ -75,6 +75,8 @@ def build_client(backend: LLMBackend, model_cfg: DictConfig, cache_cfg: DictConf
         constrained_json=bool(model_cfg.get("constrained_json", True)),
         cache_only=bool(cache_cfg.get("only", False)),
         reject_truncated_json=bool(model_cfg.get("reject_truncated_json", False)),
+        json_retry=bool(model_cfg.get("json_retry", True)),
+        accept_placeholders=bool(model_cfg.get("accept_placeholders", False)),
     )
 
 

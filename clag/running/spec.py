@@ -42,6 +42,8 @@ ADDED_LATER: dict[str, Any] = {
     "model.reject_truncated_json": False,
     "metrics.judge.overrides": [],
     "model.backend.disable_any_whitespace": False,
+    "model.json_retry": True,
+    "model.accept_placeholders": False,
 }
 
 
