@@ -108,6 +108,7 @@ reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; res
 	$(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
 	$(PY) -m clag.tables.findings $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/findings.md
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
+	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
 
 reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)
 	@for grid in $(REFERENCE_GRIDS); do \

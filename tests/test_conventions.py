@@ -16,15 +16,31 @@ def _hash(overrides: list[str]) -> str:
 
 
 def test_a_setting_added_later_renames_no_folder_at_its_old_value_and_does_at_a_new_one() -> None:
-    assert ADDED_LATER == {"answer.json_instruction": True, "model.reject_truncated_json": False}
-    base = compose_config([])
-    assert base.answer.json_instruction is True and base.model.reject_truncated_json is False
-    plain = _hash([])
-    container = OmegaConf.to_container(base, resolve=True)
-    del container["answer"]["json_instruction"], container["model"]["reject_truncated_json"]
-    assert hash_config(container) == plain  # the committed runs' configs lack both keys: same hash
-    assert _hash(["answer.json_instruction=false"]) != plain
-    assert _hash(["model.reject_truncated_json=true"]) != plain
+    assert ADDED_LATER == {
+        "answer.json_instruction": True,
+        "model.reject_truncated_json": False,
+        "metrics.judge.overrides": [],
+        "model.backend.disable_any_whitespace": False,
+        "model.json_retry": True,
+        "model.accept_placeholders": False,
+    }
+    for engine in ("transformers", "vllm"):
+        base = compose_config([f"engine={engine}"])
+        plain = _hash([f"engine={engine}"])
+        container = OmegaConf.to_container(base, resolve=True)
+        for dotted, earlier in ADDED_LATER.items():
+            *parents, leaf = dotted.split(".")
+            node = container
+            for key in parents:
+                node = node[key]
+            if leaf not in node:
+                continue  # a backend key of the served engine only
+            assert node[leaf] == earlier, dotted  # today's default is the committed runs' value
+            del node[leaf]
+        assert hash_config(container) == plain  # the committed runs' configs lack these keys: same hash
+    assert _hash(["answer.json_instruction=false"]) != _hash([])
+    assert _hash(["model.reject_truncated_json=true"]) != _hash([])
+    assert _hash(["engine=vllm", "model.backend.disable_any_whitespace=true"]) != _hash(["engine=vllm"])
 
 
 def test_each_convention_is_one_change_and_the_authors_model_takes_their_answer_prompt() -> None:

@@ -172,7 +172,8 @@ def format_report(report: Mapping[str, Any]) -> str:
         f"`{report['source_run']}` (`clag.metrics.judge_calibration`). Acceptance = the share of clear verdicts "
         "that called the candidate CORRECT (95% bootstrap interval); unclear verdicts are counted apart. "
         f"Self-agreement: Cohen's kappa of the greedy judge and a second run sampled at temperature "
-        f"{report['second_run']['temperature']}, seed {report['second_run']['seed']}.",
+        f"{report['second_run']['temperature']}, seed {report['second_run']['seed']}, on a seeded random "
+        f"{report['second_run']['items']} of the items.",
         "",
         f"The rule: a prompt's J enters Table 1 and the claims only if it accepts at least {rule['min_right']:.0%} "
         f"of every right kind, at most {rule['max_wrong']:.0%} of every wrong kind, and agrees with itself at "

@@ -1,0 +1,141 @@
+"""How the agentic memories behaved, run by run: what the model's memory calls did, beside the scores.
+
+Issue 29 asks what the authors' code does with a small model and which of
+our departures from it matter. F1 alone cannot say; this report puts, for
+every A-mem- and CLAG-family run under a runs folder (our settings, the
+corrected conventions, the authors' code settings):
+
+* F1 over LoCoMo's categories 1-4 (BioASQ: all) and R@10, with intervals;
+* the memory: notes, the share whose evolution call said to evolve, links
+  per note, and the mean share of an answer context that links brought
+  (telemetry ``link_share``: a context made mostly of linked notes is one
+  the search did not choose);
+* CLAG's question-time pick: the share of questions answered from picked
+  clusters (the rest searched globally) and the mean search space;
+* per memory stage, the replies cut off at their budget (``truncated``), the
+  replies echoing the prompt's placeholders (``placeholder_echoes``), the
+  failed parses and the fallbacks taken. Runs older than a counter show
+  ``—`` for it.
+
+    python -m clag.tables.memory_telemetry results/reference/runs --out results/reference/memory_telemetry.md
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from clag.metrics.aggregate import format_estimate
+from clag.records.runs import RunRecord, find_runs
+from clag.tables.collect import report_main
+
+FAMILY = ("amem", "amem_authors_code", "clag", "clag_authors_code")
+MEMORY_STAGES = ("note", "evolve", "route", "profile", "pick")
+COUNTERS = ("truncated", "placeholder_echoes", "parse_failures", "fallbacks")
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _shown(value: float | None, form: str = "{:.2f}") -> str:
+    return "—" if value is None else form.format(value)
+
+
+def memory_stats(run: RunRecord) -> dict[str, float | None]:
+    """Notes, evolution rate, links per note, link share, pick rate and mean search space of one run."""
+    episodes = [s for s in (run.metrics.get("structure") or {}).values() if isinstance(s, Mapping)]
+    notes = sum(int(s.get("notes", 0)) for s in episodes)
+    telemetry = [row.get("telemetry") or {} for row in run.predictions]
+    picked = [t["mode"] == "cluster" for t in telemetry if "clusters" in t and "mode" in t]
+    return {
+        "notes": float(notes),
+        "evolution_rate": sum(int(s.get("evolutions", 0)) for s in episodes) / notes if notes else None,
+        "links_per_note": sum(int(s.get("links", 0)) for s in episodes) / notes if notes else None,
+        "link_share": _mean([float(t["link_share"]) for t in telemetry if "link_share" in t]),
+        "pick_rate": _mean([float(p) for p in picked]),
+        "search_space": _mean([float(t["search_space"]) for t in telemetry if "search_space" in t]),
+    }
+
+
+def stage_counters(run: RunRecord, stage: str) -> str:
+    """``truncated / echoes / parse failures / fallbacks`` of one stage over the run's calls (``—`` where
+    the run predates a counter; empty where the stage never ran)."""
+    usage = run.metrics.get("usage") or {}
+    row: dict[str, Any] = {**(usage.get("questions") or {}), **(usage.get("ingestion") or {})}.get(stage) or {}
+    if not row.get("calls"):
+        return ""
+    return f"{row['calls']}: " + " / ".join(str(row[name]) if name in row else "—" for name in COUNTERS)
+
+
+def _name(run: RunRecord) -> str:
+    """``method`` or ``method (variant)`` for CLAG's ablations."""
+    variant = run.config.get("variant_name")
+    return f"{run.method} ({variant})" if variant and variant != "full" else run.method
+
+
+def _score(run: RunRecord) -> str:
+    table = (run.metrics.get("overall_sets") or {}).get("1-4") or run.metrics.get("overall") or {}
+    return format_estimate(table.get("f1"))
+
+
+def _r10(run: RunRecord) -> str:
+    return format_estimate(((run.metrics.get("evidence") or {}).get("overall") or {}).get("r10"))
+
+
+def telemetry_tables(runs: list[RunRecord]) -> tuple[str, str]:
+    """The behaviour table and the per-stage counter table (see the module docstring)."""
+    chosen = sorted((r for r in runs if r.method in FAMILY), key=lambda r: (r.dataset, _name(r), r.exp))
+    if not chosen:
+        return "(no A-mem or CLAG runs)", ""
+    behaviour = [
+        "| dataset | method | experiment | F1 (1-4) | R@10 | notes | evolved | links / note | link share of context "
+        "| picked | search space |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    counters = [
+        f"| dataset | method | experiment | {' | '.join(MEMORY_STAGES)} |",
+        "|---|---|---|" + "---|" * len(MEMORY_STAGES),
+    ]
+    for run in chosen:
+        stats = memory_stats(run)
+        behaviour.append(
+            f"| {run.dataset} | {_name(run)} | {run.exp} | {_score(run)} | {_r10(run)} | "
+            f"{_shown(stats['notes'], '{:.0f}')} | {_shown(stats['evolution_rate'], '{:.0%}')} | "
+            f"{_shown(stats['links_per_note'])} | {_shown(stats['link_share'], '{:.0%}')} | "
+            f"{_shown(stats['pick_rate'], '{:.0%}')} | {_shown(stats['search_space'], '{:.0f}')} |"
+        )
+        counters.append(
+            f"| {run.dataset} | {_name(run)} | {run.exp} | "
+            + " | ".join(stage_counters(run, stage) for stage in MEMORY_STAGES)
+            + " |"
+        )
+    return "\n".join(behaviour), "\n".join(counters)
+
+
+def render(runs_dir: Path) -> str:
+    behaviour, counters = telemetry_tables(find_runs(runs_dir))
+    return "\n\n".join(
+        [
+            f"# How the agentic memories behaved ({runs_dir})",
+            "F1 over LoCoMo's categories 1-4 (BioASQ: all questions) and R@10 in %, with 95% bootstrap intervals. "
+            "Evolved: the share of notes whose evolution call said to evolve. Link share: the mean share of an "
+            "answer context's characters that links brought. Picked: the share of questions CLAG answered from "
+            "the clusters it picked (the rest searched every note); search space: the notes searched, mean over "
+            "questions. `—`: the run predates the counter.",
+            behaviour,
+            "Per memory stage: `calls: truncated / placeholder echoes / parse failures / fallbacks` (retries "
+            "included in the calls; truncated = stopped at the token budget).",
+            counters,
+        ]
+    ) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return report_main(argv, "python -m clag.tables.memory_telemetry", __doc__, lambda runs, _out: render(runs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
