@@ -15,6 +15,10 @@ REFERENCE := results/reference
 REFERENCE_ARGS ?=
 # Where `make reference-replay` replays the reference runs (scratch: run folders and a cache from the shards)
 REFERENCE_REPLAY ?= /tmp/clag-reference-replay
+# Memory growth (issue 30): RAG, A-mem and CLAG on two whole conversations at ingestion checkpoints, in
+# ascending order, so each replays the one before from the cache and pays only for the new turns
+GROWTH_GRIDS := "experiment=reference_growth limit.items=150" "experiment=reference_growth limit.items=300" \
+	"experiment=reference_growth limit.items=1000"
 # Its sweeps, in order (results do not depend on it). The first reference (finished 2026-12-02: CLAG and
 # its two closest baselines first, then the other runs, then the ablations) and the calling-convention
 # experiment (results/reference/conventions/) replay from the committed calls. Then the reference under
@@ -22,10 +26,12 @@ REFERENCE_REPLAY ?= /tmp/clag-reference-replay
 # and A-mem with the authors' code settings; then the other corrected runs and ablations
 REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations \
 	experiment=reference_conventions "experiment=reference_corrected dataset=locomo method=rag,amem,clag" \
-	experiment=reference_authors_code experiment=reference_corrected experiment=reference_corrected_ablations
+	experiment=reference_authors_code $(GROWTH_GRIDS) experiment=reference_corrected \
+	experiment=reference_corrected_ablations
 # Its grids, as `make reference-status` and `make reference-replay` walk them
 REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experiment=reference_conventions \
-	experiment=reference_corrected experiment=reference_authors_code experiment=reference_corrected_ablations
+	experiment=reference_corrected experiment=reference_authors_code $(GROWTH_GRIDS) \
+	experiment=reference_corrected_ablations
 # The runs the committed tables and findings are rendered from: the first reference's, until the corrected
 # re-run has finished
 REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
@@ -109,6 +115,7 @@ reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; res
 	$(PY) -m clag.tables.findings $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/findings.md
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
+	$(PY) -m clag.tables.growth $(REFERENCE)/runs/reference_growth --out $(REFERENCE)/growth.md
 
 reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)
 	@for grid in $(REFERENCE_GRIDS); do \
