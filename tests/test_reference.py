@@ -35,6 +35,33 @@ def test_reference_slices_hold_the_questions_the_configs_state(data_dir: Path) -
     assert Counter(q.category for e in bioasq for q in e.questions) == {4: 38, 6: 22}
 
 
+def test_the_corrected_reference_adds_hotpotqa_and_growth_checkpoints(data_dir: Path) -> None:
+    hotpotqa = _episodes(_compose(["experiment=reference_corrected", "dataset=hotpotqa"]), data_dir)
+    assert [e.id for e in hotpotqa] == ["1", "5", "7", "8", "9"] and all(len(e.items) == 300 for e in hotpotqa)
+    assert [len(e.questions) for e in hotpotqa] == [8, 7, 8, 8, 8]
+    grown = [_episodes(_compose(["experiment=reference_growth", f"limit.items={n}"]), data_dir) for n in (150, 1000)]
+    assert [e.id for e in grown[0]] == ["conv-26", "conv-30"]
+    assert [len(e.items) for e in grown[1]] == [419, 369]  # every turn
+    first, every = ({q.id for e in episodes for q in e.questions} for episodes in grown)
+    assert first < every  # the first checkpoint's questions are asked again at the last
+
+
+def test_the_corrected_conventions_and_the_authors_code_settings() -> None:
+    corrected = _compose(["experiment=reference_corrected", "method=clag"])
+    assert corrected.model.prompt_format == "raw" and corrected.answer.json_instruction is False
+    assert corrected.model.generation.max_new_tokens == 1000 and corrected.model.reject_truncated_json
+    assert corrected.model.backend.disable_any_whitespace and corrected.model.generation.temperature == 0
+    authors = _compose(["experiment=reference_authors_code", "method=clag_authors_code"])
+    assert (authors.model.generation.temperature, authors.model.generation.seed) == (0.7, 0)
+    assert not authors.model.json_retry and authors.model.accept_placeholders
+    assert not authors.model.reject_truncated_json
+    system = authors.method.system
+    assert (system.k_route, system.merge, system.invalid_route, system.strict_links) == (
+        5, "per_cluster", "new_cluster", False)  # fmt: skip
+    amem = _compose(["experiment=reference_authors_code", "method=amem_authors_code"])
+    assert amem.method.system.strict_links is False
+
+
 def test_reference_runs_publish_settings_and_pin_what_keys_the_cache() -> None:
     cfg = _compose(["experiment=reference", "method=clag"])
     assert (cfg.method.system.buffer_size, cfg.method.system.tau_split) == (100, 300)  # Table 8, not demo's
@@ -72,5 +99,6 @@ def test_every_committed_reference_run_folder_is_the_one_its_config_names_today(
                      f"dataset={committed.dataset.name}"]
         variant = committed.get("variant_name")
         overrides += [f"+variant={variant}"] if variant else []
+        overrides += [f"limit.items={committed.limit['items']}"] if committed.exp == "reference_growth" else []
         expected = RunSpec.from_config(compose_config(overrides)).run_dir
         assert (ROOT / expected).resolve() == marker.parent.resolve(), f"{marker.parent} is now {expected}"
