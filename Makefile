@@ -27,11 +27,13 @@ GROWTH_GRIDS := "experiment=reference_growth limit.items=150" "experiment=refere
 REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations \
 	experiment=reference_conventions "experiment=reference_corrected dataset=locomo method=rag,amem,clag" \
 	experiment=reference_authors_code $(GROWTH_GRIDS) experiment=reference_corrected \
-	experiment=reference_corrected_ablations
+	experiment=reference_corrected_ablations experiment=reference_table9 experiment=reference_table10
+# (then Table 6 on the larger stand-in, experiment=reference_table6, on its own server)
 # Its grids, as `make reference-status` and `make reference-replay` walk them
 REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experiment=reference_conventions \
 	experiment=reference_corrected experiment=reference_authors_code $(GROWTH_GRIDS) \
-	experiment=reference_corrected_ablations
+	experiment=reference_corrected_ablations experiment=reference_table9 experiment=reference_table10 \
+	experiment=reference_table6
 # The runs the committed tables and findings are rendered from: the first reference's, until the corrected
 # re-run has finished
 REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
@@ -101,15 +103,20 @@ else
 endif
 	$(MAKE) tables TABLES_DIR=results/demo
 
-reference: install vllm ## Reference-scale run through vLLM (hours on a CPU; resumes from results/reference/), then its tables
+reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on a CPU; resumes from results/reference/), then its tables
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
 	$(PY) -m clag.llm.serve start experiment=reference_corrected
 	status=0; \
 	for sweep in $(REFERENCE_SWEEPS); do \
 		$(PY) -m clag.run -m $$sweep $(REFERENCE_ARGS) || { status=$$?; break; }; \
 	done; \
-	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
 	$(PY) -m clag.llm.serve stop experiment=reference_corrected; \
+	if [ $$status = 0 ]; then \
+		$(PY) -m clag.llm.serve start experiment=reference_table6 && \
+		$(PY) -m clag.run -m experiment=reference_table6 $(REFERENCE_ARGS) || status=$$?; \
+		$(PY) -m clag.llm.serve stop experiment=reference_table6; \
+	fi; \
+	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
 	exit $$status
 	$(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables --only 1 3 4 5 7 12 15 16
 	$(PY) -m clag.tables.findings $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/findings.md

@@ -59,18 +59,20 @@ def test_the_server_launch_settings_do_not_rename_the_run_folder() -> None:
     assert RunSpec.from_config(compose_config([*overrides, "model.backend.dtype=float32"])).config_hash != base
 
 
-def test_a_server_with_another_json_whitespace_setting_is_refused() -> None:
+def test_a_server_with_another_json_whitespace_setting_or_dtype_is_refused() -> None:
     cfg = compose_config(["engine=vllm", "model.backend.disable_any_whitespace=true"])
     spec = ServerSpec.from_model_config(cfg.model)
     assert spec.disable_any_whitespace
     free = serve.ServerState("m", 1, 8000, "bfloat16", "log", "dir", 0.0, ["--block-size", "32"])
     strict = serve.ServerState("m", 1, 8000, "bfloat16", "log", "dir", 0.0, list(serve.NO_WHITESPACE_ARGS))
-    serve.check_whitespace(free, False)
-    serve.check_whitespace(strict, True)
+    serve.check_server(free, False, "bfloat16")
+    serve.check_server(strict, True)
     with pytest.raises(serve.ServeError, match="allows free JSON whitespace"):
-        serve.check_whitespace(free, True)
+        serve.check_server(free, True)
     with pytest.raises(serve.ServeError, match="forbids free JSON whitespace"):
-        serve.check_whitespace(strict, False)
+        serve.check_server(strict, False)
+    with pytest.raises(serve.ServeError, match=r"runs bfloat16 \(the run: float32\)"):
+        serve.check_server(free, False, "float32")
 
 
 def test_the_whitespace_setting_joins_the_identity_only_when_set() -> None:

@@ -125,7 +125,7 @@ class OpenAICompatibleBackend:
                 from clag.llm.serve import ServeError, running_url
 
                 try:
-                    base_url = running_url(self.model, self.disable_any_whitespace)
+                    base_url = running_url(self.model, self.disable_any_whitespace, self.dtype)
                 except ServeError as err:
                     raise ServerError(str(err)) from err
             self._root = base_url.rstrip("/").removesuffix("/v1")

@@ -362,27 +362,31 @@ def engine_counters(before: dict[str, float], after: dict[str, float]) -> dict[s
     }
 
 
-def running_url(name: str, disable_any_whitespace: bool = False) -> str:
-    """Base URL of the server of ``name``; one clear error where there is none or its JSON whitespace
-    setting is not the run's."""
+def running_url(name: str, disable_any_whitespace: bool = False, dtype: str | None = None) -> str:
+    """Base URL of the server of ``name``; one clear error where there is none or it does not serve what
+    the run's cache identity says (its JSON whitespace setting, its dtype when given)."""
     state = read_state(name)
     if state is None:
         raise ServeError(
             f"no vLLM server is running for model '{name}'; start one with "
             f"`make serve` or `python -m clag.llm.serve start model=...`"
         )
-    check_whitespace(state, disable_any_whitespace)
+    check_server(state, disable_any_whitespace, dtype)
     return state.url
 
 
-def check_whitespace(state: ServerState, disable_any_whitespace: bool) -> None:
-    """Refuse a server whose JSON whitespace setting differs from the run's: its answers would enter the
-    cache under the wrong identity."""
+def check_server(state: ServerState, disable_any_whitespace: bool, dtype: str | None = None) -> None:
+    """Refuse a server whose JSON whitespace setting or dtype differs from the run's: its answers would
+    enter the cache under the wrong identity."""
+    differs = []
     if state.disables_any_whitespace != disable_any_whitespace:
         server = "forbids" if state.disables_any_whitespace else "allows"
+        differs.append(f"{server} free JSON whitespace (the run: disable_any_whitespace={disable_any_whitespace})")
+    if dtype is not None and resolve_dtype(dtype) != state.dtype:
+        differs.append(f"runs {state.dtype} (the run: {resolve_dtype(dtype)})")
+    if differs:
         raise ServeError(
-            f"the vLLM server of '{state.name}' (pid {state.pid}) {server} free JSON whitespace and this run "
-            f"asks otherwise (model.backend.disable_any_whitespace={disable_any_whitespace}); stop it with "
+            f"the vLLM server of '{state.name}' (pid {state.pid}) {' and '.join(differs)}; stop it with "
             f"`python -m clag.llm.serve stop model=...` and start it with the run's overrides"
         )
 
@@ -445,7 +449,7 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
     """Start (or reuse) the server of ``spec.name`` and wait until ``/health`` answers."""
     if (state := read_state(spec.name)) is not None:
         if healthy(state.url):
-            check_whitespace(state, spec.disable_any_whitespace)
+            check_server(state, spec.disable_any_whitespace, spec.dtype)
             log.info("vLLM already serves %s at %s (pid %d)", spec.name, state.url, state.pid)
             return state
         stop(spec.name)

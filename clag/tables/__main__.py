@@ -41,7 +41,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="PAPER=OURS",
         help="put model OURS first among the stand-ins for the paper's backbone PAPER (repeatable)",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--run-dataset",
+        action="append",
+        default=[],
+        metavar="N=DATASET",
+        help="fill table N's cells from runs on DATASET instead of the paper's dataset (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    for pair in args.run_dataset:
+        number, _, dataset = pair.partition("=")
+        if not number.isdigit() or not dataset:
+            parser.error(f"--run-dataset takes N=DATASET (e.g. 9=bioasq), got {pair!r}")
+    return args
 
 
 def _with_stand_ins(defaults: specs.Defaults, pairs: list[str]) -> specs.Defaults:
@@ -61,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("no runs folder at %s: every table will show only the paper's numbers", args.runs)
     defaults = _with_stand_ins(specs.load_defaults(), args.stand_in)
     judge = judge_from_settings(defaults, args.judge)
-    written = render_all(args.runs, args.out, judge=judge, numbers=args.only, defaults=defaults)
+    run_datasets = {int(number): dataset for number, _, dataset in (p.partition("=") for p in args.run_dataset)}
+    written = render_all(
+        args.runs, args.out, judge=judge, numbers=args.only, defaults=defaults, run_datasets=run_datasets
+    )
     log.info("wrote %d files under %s (index: %s)", len(written), args.out, args.out / "README.md")
     return 0
 
