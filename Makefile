@@ -123,6 +123,7 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
 	$(PY) -m clag.tables.growth $(REFERENCE)/runs/reference_growth --out $(REFERENCE)/growth.md
+	$(PY) -m clag.tables.latency $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/latency.md
 
 reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)
 	@for grid in $(REFERENCE_GRIDS); do \
