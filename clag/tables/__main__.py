@@ -42,6 +42,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="put model OURS first among the stand-ins for the paper's backbone PAPER (repeatable)",
     )
     parser.add_argument(
+        "--judge-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Hydra override of the failure judge's model config (repeatable), e.g. engine=vllm",
+    )
+    parser.add_argument(
         "--run-dataset",
         action="append",
         default=[],
@@ -72,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs.is_dir():
         log.warning("no runs folder at %s: every table will show only the paper's numbers", args.runs)
     defaults = _with_stand_ins(specs.load_defaults(), args.stand_in)
-    judge = judge_from_settings(defaults, args.judge)
+    judge = judge_from_settings(defaults, args.judge, args.judge_override)
     run_datasets = {int(number): dataset for number, _, dataset in (p.partition("=") for p in args.run_dataset)}
     written = render_all(
         args.runs, args.out, judge=judge, numbers=args.only, defaults=defaults, run_datasets=run_datasets

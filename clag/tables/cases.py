@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,7 @@ class Judge:
     llm: LLMClient | None = None
     max_new_tokens: int = 96
     unavailable: bool = False
+    overrides: tuple[str, ...] = ()  # Hydra overrides of the judge model's config (e.g. engine=vllm)
 
     def client(self) -> LLMClient | None:
         """The client, built from ``configs/model/<name>.yaml`` exactly as a run builds it; None if it cannot be."""
@@ -86,7 +88,7 @@ class Judge:
             try:
                 from clag.running.build import client_for_model
 
-                self.llm = client_for_model(self.name)
+                self.llm = client_for_model(self.name, self.overrides)
             except Exception as err:  # a missing model must not stop the other tables
                 log.warning("failure judge %r unavailable (%s); Tables 13-14 stay unclassified", self.name, err)
                 self.unavailable = True
@@ -448,9 +450,14 @@ def build_cases(
     return out
 
 
-def judge_from_settings(defaults: Defaults, override: str | None = None) -> Judge | None:
-    """The judge named by ``--judge`` or else by ``cases.judge_model``; ``none`` disables it."""
+def judge_from_settings(
+    defaults: Defaults, override: str | None = None, model_overrides: Sequence[str] = ()
+) -> Judge | None:
+    """The judge named by ``--judge`` or else by ``cases.judge_model``; ``none`` disables it.
+    ``model_overrides`` are Hydra overrides of its model config (``--judge-override``)."""
     name = override if override is not None else defaults.cases.get("judge_model")
     if not name or str(name).lower() == "none":
         return None
-    return Judge(str(name), max_new_tokens=int(defaults.cases.get("judge_max_new_tokens", 96)))
+    return Judge(
+        str(name), max_new_tokens=int(defaults.cases.get("judge_max_new_tokens", 96)), overrides=tuple(model_overrides)
+    )
