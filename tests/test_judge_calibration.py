@@ -115,3 +115,19 @@ def test_calibrate_writes_the_report_and_applies_the_rule(tmp_path):
 def test_calibrate_without_a_judge_model_is_one_line(tmp_path, capsys):
     assert main([str(tmp_path), "--calibrate", str(tmp_path / "out")]) == 2
     assert "needs --model" in capsys.readouterr().err
+
+
+def test_j_is_let_through_only_for_the_prompts_the_calibration_passes(tmp_path):
+    runs = tmp_path / "reference" / "runs" / "reference"
+    runs.mkdir(parents=True)
+    metrics = ["f1", "bleu1", "j_lenient", "j_strict"]
+    assert cal.find_report(runs) is None and cal.allowed_metrics(metrics, None) == ["f1", "bleu1"]
+    assert "no judge calibration" in cal.judge_note(runs)
+    report = {"judge": {"label": "qwen2.5-1.5b judge (1.5B, small)"},
+              "prompts": {"lenient": {"passes": False}, "strict": {"passes": True}}}  # fmt: skip
+    (tmp_path / "reference" / "judge_calibration").mkdir()
+    (tmp_path / "reference" / "judge_calibration" / "calibration.json").write_text(json.dumps(report))
+    path, found = cal.find_report(runs)
+    assert path.parent.parent == tmp_path / "reference" and found == report  # the nearest folder above the runs
+    assert cal.allowed_metrics(metrics, found) == ["f1", "bleu1", "j_strict"]
+    assert "lets through j_strict" in cal.judge_note(runs)

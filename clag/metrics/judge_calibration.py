@@ -26,10 +26,12 @@ at most :data:`MAX_WRONG` of every wrong kind, and agrees with itself
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from clag.metrics import cohen_kappa
@@ -204,3 +206,32 @@ def format_report(report: Mapping[str, Any]) -> str:
 def passing_prompts(report: Mapping[str, Any] | None) -> frozenset[str]:
     """The prompts whose J the tables may show (none without a calibration report)."""
     return frozenset(name for name, result in ((report or {}).get("prompts") or {}).items() if result.get("passes"))
+
+
+REPORT = Path("judge_calibration") / "calibration.json"
+
+
+def find_report(runs_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The calibration report that governs runs under ``runs_dir``: ``judge_calibration/calibration.json`` in
+    it or the nearest folder above it (``results/reference/`` for the reference runs); None if there is none."""
+    for folder in (runs_dir, *runs_dir.resolve().parents):
+        if (folder / REPORT).is_file():
+            return folder / REPORT, json.loads((folder / REPORT).read_text())
+    return None
+
+
+def allowed_metrics(metrics: Sequence[str], report: Mapping[str, Any] | None) -> list[str]:
+    """``metrics`` without the J of every prompt the calibration does not let through (all J without one)."""
+    passing = passing_prompts(report)
+    return [m for m in metrics if not m.startswith("j_") or m.removeprefix("j_") in passing]
+
+
+def judge_note(runs_dir: Path) -> str:
+    """One sentence for a report: which calibration governs J here and what it let through."""
+    found = find_report(runs_dir)
+    if found is None:
+        return "J (LLM-judge accuracy) is left out: no judge calibration governs these runs."
+    path, report = found
+    passing = sorted(passing_prompts(report))
+    shown = ", ".join(f"j_{name}" for name in passing) if passing else "no J"
+    return f"J: {report['judge']['label']}, calibrated in {path}; the rule lets through {shown}."

@@ -36,7 +36,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ import numpy as np
 from clag.compare import paired_difference
 from clag.metrics.aggregate import format_estimate
 from clag.metrics.attribution import CLASSES, attribution
+from clag.metrics.judge_calibration import allowed_metrics, find_report, judge_note
 from clag.records.runs import RunRecord, find_runs
 from clag.tables import plots
 from clag.tables.collect import machines, matches, report_main, select_run
@@ -364,7 +365,12 @@ def render(runs_dir: Path, plot: Path | None = None) -> str:
     """The findings of the runs under ``runs_dir`` as Markdown; the attribution plot goes to ``plot``."""
     runs = find_runs(runs_dir)
     clag_default = load_defaults().clag_default
-    findings = evaluate(runs, default_claims(clag_default))
+    calibration = find_report(runs_dir)
+    claims = [
+        replace(claim, metrics=tuple(allowed_metrics(claim.metrics, calibration and calibration[1])))
+        for claim in default_claims(clag_default)
+    ]
+    findings = evaluate(runs, claims)
     attributed = attribution_rows(runs, clag_default)
     figure = plots.plot_attribution(attributed, CLASSES, plot) if plot and attributed else None
     models = sorted({r.model for r in runs})
@@ -373,7 +379,8 @@ def render(runs_dir: Path, plot: Path | None = None) -> str:
             "# Findings of the runs under " + str(runs_dir),
             f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed with {machines(runs) or '—'}.",
             "## Claims: A - B over the same questions (percentage points; paired bootstrap, 10,000 resamples)",
-            "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0.",
+            "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0. "
+            + judge_note(runs_dir),
             claims_table(findings) if findings else "(no pair of runs to compare yet)",
             "## LoCoMo's category 5 apart, scored both ways",
             "The paper scores category 5 with F1 against the adversarial answer, which rewards repeating the trap;"

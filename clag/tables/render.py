@@ -28,6 +28,7 @@ import pandas as pd
 
 from clag.compare import paired_difference
 from clag.metrics.aggregate import CATEGORY_SETS, MIN_INTERVAL_N
+from clag.metrics.judge_calibration import allowed_metrics, find_report
 from clag.records.runs import RunRecord, find_runs
 from clag.tables import cases, plots
 from clag.tables.collect import METRICS, category_set, metric_value, provenance_notes, select_run
@@ -405,16 +406,23 @@ def render_all(
         defaults: Shared table settings (default: ``spec_dir/defaults.yaml``).
         run_datasets: Table number -> the dataset whose runs fill its cells, where it is not the
             paper's (the reference runs Tables 9 and 10 on BioASQ; the caption says so).
+
+    A table's J columns (``j_lenient``, ``j_strict``) are shown only for the judge prompts that the judge
+    calibration governing ``runs_dir`` lets through (:mod:`clag.metrics.judge_calibration`).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = find_runs(runs_dir)
     defaults = defaults or load_defaults(spec_dir)
+    calibration = find_report(runs_dir)
     log.info("%d finished runs under %s", len(runs), runs_dir)
     wanted = set(numbers or range(1, 17))
     rendered, frames = [], {}
     for number in compare_numbers(spec_dir):
         if number in wanted:
             spec = load_spec(number, spec_dir)
+            metrics = allowed_metrics([m for m in spec.metrics if m], calibration and calibration[1])
+            if len(metrics) < len([m for m in spec.metrics if m]):  # J left out: no calibration lets it through
+                spec = replace(spec, metrics=metrics or [None])
             if dataset := (run_datasets or {}).get(number):
                 spec = replace(
                     spec,
