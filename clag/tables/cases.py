@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from clag.llm.client import LLMClient
+from clag.metrics.judge import model_label
 from clag.records.runs import RunRecord
 from clag.tables.collect import provenance_notes, select_run
 from clag.tables.paper import load_paper_table
@@ -408,7 +409,9 @@ def tables13_14(runs: dict[str, RunRecord], judge: Judge | None, threshold: floa
         ],
         columns=["Pattern", "Count", "%", "Paper count", "Paper %"],
     )
-    who = f"an LLM judge (model config {judge.name})" if judge and judge.llm else "no judge (all unclassified)"
+    who = "no judge (all unclassified)"
+    if judge and judge.llm:
+        who = f"an LLM judge, the {model_label(judge.name)['label']}"
     scope = (
         f"{len(every)} CLAG answers with token F1 < {threshold:g}; {total} of them (spread evenly) "
         f"classified by {who}, "
