@@ -66,7 +66,7 @@ TCMALLOC_CANDIDATES = (
 )
 
 
-NO_WHITESPACE_ARGS = ("--structured-outputs-config", '{"disable_any_whitespace": true}')
+NO_WHITESPACE_ARGS = ("--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}')
 
 
 class ServeError(RuntimeError):
@@ -227,7 +227,8 @@ class ServerSpec:
             shared prefixes hit.
         disable_any_whitespace: Forbid the free whitespace xgrammar allows between JSON tokens
             (vLLM sets it for the whole server only): without it a small model can answer ``{``
-            and then whitespace up to its token budget. Part of the cache identity
+            and then whitespace up to its token budget. The flag needs a named backend, so it comes
+            with ``backend: xgrammar`` (what vLLM's ``auto`` picks for our schemas). Part of the cache identity
             (the backend's ``disable_any_whitespace``), so the server's must match the run's.
         extra_args: More ``api_server`` arguments, as is.
     """
