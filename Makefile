@@ -68,7 +68,7 @@ DEMO_ENGINE ?= vllm
 DEMO_JOBS ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference reference-status reference-replay demo test test-all test-fast lint run tables bench reproduce notebook clean bench-ceiling bench-workload
+.PHONY: help install vllm serve serve-stop serve-status model-1.5b lock data reference reference-judge reference-status reference-replay demo test test-all test-fast lint run tables bench reproduce notebook clean bench-ceiling bench-workload
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9._-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -124,6 +124,23 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
 	$(PY) -m clag.tables.growth $(REFERENCE)/runs/reference_growth --out $(REFERENCE)/growth.md
 	$(PY) -m clag.tables.latency $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/latency.md
+
+# The reference's LLM judge (issue 29): the 1.5B stand-in on its own server, float32 pinned (its calls are cached
+# in the reference's cache under that identity), its calibration on the questions of LoCoMo's RAG run
+JUDGE_OVERRIDES := engine=vllm model.backend.dtype=float32
+JUDGE_ARGS := --model qwen2.5-1.5b $(foreach o,$(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite,--override $(o))
+JUDGE_CALIBRATION_RUN ?= $(REFERENCE)/runs/reference/locomo/rag/qwen2.5-0.5b/seed0-1816dca6
+
+reference-judge: install vllm model-1.5b ## The reference's judge: calibration, then Tables 13-14's failure judge (1.5B, ~1 h on 2 cores)
+	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
+	$(PY) -m clag.llm.serve start model=qwen2.5-1.5b $(JUDGE_OVERRIDES)
+	status=0; \
+	$(PY) -m clag.judge $(JUDGE_CALIBRATION_RUN) $(JUDGE_ARGS) --calibrate $(REFERENCE)/judge_calibration || status=$$?; \
+	$(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables --only 13 14 --judge qwen2.5-1.5b \
+		$(foreach o,$(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite,--judge-override $(o)) || status=$$?; \
+	$(PY) -m clag.llm.serve stop model=qwen2.5-1.5b $(JUDGE_OVERRIDES); \
+	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
+	exit $$status
 
 reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)
 	@for grid in $(REFERENCE_GRIDS); do \
