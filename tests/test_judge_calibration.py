@@ -45,6 +45,9 @@ def test_the_set_holds_each_kind_where_it_applies():
     assert ("conv-26:q0", "vague") in kinds and ("conv-26:q1", "vague") not in kinds
     vague = next(r for r in items if r["kind"] == "vague" and r["source_question_id"] == "conv-26:q0")
     assert vague["prediction"] == "Sometime in 2023" and not vague["expected"]
+    # near_date: the next day or month in LoCoMo's wording, for a gold naming one day or month
+    near = {r["source_question_id"]: r["prediction"] for r in items if r["kind"] == "near_date"}
+    assert near == {"conv-26:q0": "8 May 2023", "conv-26:q2": "22 May 2023"}  # the Sunday was 21 May
     # other_gold: same conversation and category, no shared content word, no day inside a dated gold
     other = next(r for r in items if r["kind"] == "other_gold" and r["source_question_id"] == "conv-26:q3")
     assert other["prediction"] == "Adoption agencies"
@@ -131,3 +134,12 @@ def test_j_is_let_through_only_for_the_prompts_the_calibration_passes(tmp_path):
     assert path.parent.parent == tmp_path / "reference" and found == report  # the nearest folder above the runs
     assert cal.allowed_metrics(metrics, found) == ["f1", "bleu1", "j_strict"]
     assert "lets through j_strict" in cal.judge_note(runs)
+
+
+def test_the_sampled_subset_keeps_its_items_when_kinds_are_added():
+    items = [{"question_id": f"q{i}"} for i in range(50)]
+    first = [items[i]["question_id"] for i in cal.sampled_subset(items, 10)]
+    more = items + [{"question_id": f"new{i}"} for i in range(5)]
+    second = [more[i]["question_id"] for i in cal.sampled_subset(more, 10)]
+    assert len(first) == len(second) == 10 and len(set(first) & set(second)) >= 5
+    assert cal.sampled_subset(items, 100) == list(range(50))

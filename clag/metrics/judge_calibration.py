@@ -12,10 +12,13 @@ whose verdict is known without a judge:
   spot);
 * wrong but plausible: ``other_gold`` (the gold of another question of the same
   conversation and category that shares no content word with this gold, and,
-  for a date, names no day inside it), ``vague`` (``Sometime in <year>`` for a
-  temporal gold that names a day or a month: right year, wrong precision) and
-  ``adversarial`` (category 5: LoCoMo's adversarial answer, the fact of the
-  other speaker, against the gold that the conversation does not say).
+  for a date, names no day inside it), ``near_date`` (a temporal gold that
+  names one day or one month, moved to the next day or month in LoCoMo's own
+  wording: the wrong answers of the reference's temporal questions are mostly
+  such near misses), ``vague`` (``Sometime in <year>`` for a temporal gold that
+  names a day or a month: right year, wrong precision) and ``adversarial``
+  (category 5: LoCoMo's adversarial answer, the fact of the other speaker,
+  against the gold that the conversation does not say).
 
 The rule that lets a prompt's J into Table 1 and the claims
 (:func:`separates`): it accepts at least :data:`MIN_RIGHT` of every right kind,
@@ -26,11 +29,14 @@ at most :data:`MAX_WRONG` of every wrong kind, and agrees with itself
 
 from __future__ import annotations
 
+import calendar
+import hashlib
 import json
 import random
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +46,7 @@ from clag.metrics.scoring import category_number
 from clag.metrics.temporal import date_match, date_spans
 
 RIGHT_KINDS = ("gold", "gold_long")
-WRONG_KINDS = ("other_gold", "vague", "adversarial")
+WRONG_KINDS = ("other_gold", "near_date", "vague", "adversarial")
 KINDS = RIGHT_KINDS + WRONG_KINDS
 NOT_MENTIONED = "Not mentioned in the conversation"
 MIN_RIGHT, MAX_WRONG, MIN_SELF_KAPPA = 0.8, 0.2, 0.6
@@ -66,6 +72,22 @@ def _vague(gold: str) -> str | None:
     if len(spans) != 1 or (spans[0].last - spans[0].first).days > 31:
         return None
     return f"Sometime in {spans[0].first.year}"
+
+
+def _near_date(gold: str) -> str | None:
+    """The next day (``8 May 2023`` for ``7 May 2023``) or month (``June 2023`` for ``May 2023``) after a gold
+    naming exactly one day or one whole month, in LoCoMo's wording; else None."""
+    spans = date_spans(gold)
+    if len(spans) != 1:
+        return None
+    first, last = spans[0].first, spans[0].last
+    if first == last:
+        moved = first + timedelta(days=1)
+        return f"{moved.day} {calendar.month_name[moved.month]} {moved.year}"
+    if first.day == 1 and (last + timedelta(days=1)).day == 1 and first.month == last.month:
+        moved = last + timedelta(days=1)
+        return f"{calendar.month_name[moved.month]} {moved.year}"
+    return None
 
 
 def calibration_rows(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
@@ -115,9 +137,20 @@ def calibration_rows(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> list[d
         ]
         if others:
             add(row, "other_gold", gold, rng.choice(sorted(set(others))))
+        if category_number(row.get("category")) == 2 and (near := _near_date(gold)):
+            add(row, "near_date", gold, near)
         if category_number(row.get("category")) == 2 and (vague := _vague(gold)):
             add(row, "vague", gold, vague)
     return out
+
+
+def sampled_subset(items: Sequence[Mapping[str, Any]], size: int) -> list[int]:
+    """Indices of the ``size`` items whose ``question_id`` hashes lowest: a seeded sample that stays the
+    same for the items already there when kinds are added (so their cached verdicts are reused)."""
+    def rank(i: int) -> str:
+        return hashlib.sha256(str(items[i]["question_id"]).encode()).hexdigest()
+
+    return sorted(sorted(range(len(items)), key=rank)[:size])
 
 
 def acceptance(judged: Sequence[Mapping[str, Any]], prompt: str, samples: int = 1000) -> dict[str, dict[str, Any]]:
@@ -174,8 +207,8 @@ def format_report(report: Mapping[str, Any]) -> str:
         f"`{report['source_run']}` (`clag.metrics.judge_calibration`). Acceptance = the share of clear verdicts "
         "that called the candidate CORRECT (95% bootstrap interval); unclear verdicts are counted apart. "
         f"Self-agreement: Cohen's kappa of the greedy judge and a second run sampled at temperature "
-        f"{report['second_run']['temperature']}, seed {report['second_run']['seed']}, on a seeded random "
-        f"{report['second_run']['items']} of the items.",
+        f"{report['second_run']['temperature']}, seed {report['second_run']['seed']}, on a fixed sample of "
+        f"{report['second_run']['items']} of the items (the lowest hashes of their ids).",
         "",
         f"The rule: a prompt's J enters Table 1 and the claims only if it accepts at least {rule['min_right']:.0%} "
         f"of every right kind, at most {rule['max_wrong']:.0%} of every wrong kind, and agrees with itself at "
