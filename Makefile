@@ -131,11 +131,12 @@ JUDGE_OVERRIDES := engine=vllm model.backend.dtype=float32
 JUDGE_ARGS := --model qwen2.5-1.5b $(foreach o,$(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite,--override $(o))
 JUDGE_CALIBRATION_RUN ?= $(REFERENCE)/runs/reference/locomo/rag/qwen2.5-0.5b/seed0-1816dca6
 
-reference-judge: install vllm model-1.5b ## The reference's judge: calibration, then Tables 13-14's failure judge (1.5B, ~1 h on 2 cores)
+reference-judge: install vllm model-1.5b ## The reference's judge: calibration, J of every reference run, Tables 13-14's failure judge (1.5B, ~3 h on 2 cores)
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
 	$(PY) -m clag.llm.serve start model=qwen2.5-1.5b $(JUDGE_OVERRIDES)
 	status=0; \
 	$(PY) -m clag.judge $(JUDGE_CALIBRATION_RUN) $(JUDGE_ARGS) --calibrate $(REFERENCE)/judge_calibration || status=$$?; \
+	$(PY) -m clag.judge $$(dirname $$(find $(REFERENCE_TABLE_RUNS) -name metrics.json | sort)) $(JUDGE_ARGS) || status=$$?; \
 	$(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables --only 13 14 --judge qwen2.5-1.5b \
 		$(foreach o,$(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite,--judge-override $(o)) || status=$$?; \
 	$(PY) -m clag.llm.serve stop model=qwen2.5-1.5b $(JUDGE_OVERRIDES); \
