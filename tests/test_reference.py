@@ -50,7 +50,7 @@ def test_the_corrected_conventions_and_the_authors_code_settings() -> None:
     corrected = _compose(["experiment=reference_corrected", "method=clag"])
     assert corrected.model.prompt_format == "raw" and corrected.answer.json_instruction is False
     assert corrected.model.generation.max_new_tokens == 1000 and corrected.model.reject_truncated_json
-    assert corrected.model.backend.disable_any_whitespace and corrected.model.generation.temperature == 0
+    assert not corrected.model.backend.disable_any_whitespace and corrected.model.generation.temperature == 0
     assert corrected.model.backend.dtype == "float32"  # pinned, as the first reference pinned bfloat16
     authors = _compose(["experiment=reference_authors_code", "method=clag_authors_code"])
     assert (authors.model.generation.temperature, authors.model.generation.seed) == (0.7, 0)
