@@ -247,7 +247,7 @@ REPORT = Path("judge_calibration") / "calibration.json"
 def find_report(runs_dir: Path) -> tuple[Path, dict[str, Any]] | None:
     """The calibration report that governs runs under ``runs_dir``: ``judge_calibration/calibration.json`` in
     it or the nearest folder above it (``results/reference/`` for the reference runs); None if there is none."""
-    for folder in (runs_dir, *runs_dir.resolve().parents):
+    for folder in (runs_dir, *runs_dir.parents):  # as given (a relative folder is named relatively)
         if (folder / REPORT).is_file():
             return folder / REPORT, json.loads((folder / REPORT).read_text())
     return None
