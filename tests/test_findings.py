@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
+from run_folders import write_run
 
 from clag.records.runs import find_runs
 from clag.tables.findings import default_claims, evaluate, reach_table, render, telemetry_table, verdict
@@ -15,11 +14,8 @@ CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "
 
 def _run(root: Path, name: str, method: str, params: dict, f1: list[float], telemetry: list[dict] | None = None,
          structure: dict | None = None) -> None:
-    folder = root / name
-    folder.mkdir(parents=True)
     config = {"exp": "reference", "method": {"name": method, "system": params}, "dataset": {"name": "locomo"},
               "model": {"name": "qwen2.5-0.5b"}}
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
     rows = [
         {"question_id": f"q{i}", "category": 4 if i < 8 else 5, "f1": value, "bleu1": value / 2,
          "telemetry": (telemetry or [{}])[0], "evidence_ids": ["D9:9"] if i % 3 == 0 else ["D1:1"],
@@ -27,12 +23,11 @@ def _run(root: Path, name: str, method: str, params: dict, f1: list[float], tele
          "adversarial_official": None if i < 8 else float(method == "clag")}  # only CLAG abstains on category 5
         for i, value in enumerate(f1)
     ]
-    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": "reference", "engine": "vllm",
            "dtype": "bfloat16", "hardware": {"cpu_model": "AMD EPYC", "gpu": []}}
     metrics = {"run": run, "structure": structure or {},
                "usage": {"ingestion": {"route": {"json_calls": 50, "parse_failures": 2}}, "questions": {}}}
-    (folder / "metrics.json").write_text(json.dumps(metrics))
+    write_run(root / name, config, rows, metrics)
 
 
 def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
+from run_folders import write_run
 
 from clag.records.runs import find_runs
 from clag.tables.growth import checkpoints, gap_change, main, trend
@@ -19,22 +18,18 @@ F1 = {  # method -> checkpoint -> F1 of every question there
 
 
 def _run(root: Path, method: str, turns: int) -> None:
-    folder = root / method / str(turns)
-    folder.mkdir(parents=True)
     config = {"exp": "reference_growth", "method": {"name": method, "system": {}}, "dataset": {"name": "locomo"},
               "model": {"name": "qwen2.5-0.5b"}, "limit": {"items": turns}}  # fmt: skip
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
     notes = min(turns, 400)
     rows = [
         {"question_id": f"q{i}", "category": 1 + i % 4, "f1": F1[method][turns] + (0.05 if i % 2 else -0.05),
          "r10": 0.5, "telemetry": {"search_space": notes // 4} if method == "clag" else {}}
         for i in range(QUESTIONS[turns])
     ] + [{"question_id": "adv", "category": 5, "f1": 1.0, "r10": None, "telemetry": {}}]  # fmt: skip
-    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     structure = {"conv-26": {"notes": notes, **({"clusters": notes // 50} if method == "clag" else {})}}
     metrics = {"run": {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": "reference_growth"},
                "structure": structure}  # fmt: skip
-    (folder / "metrics.json").write_text(json.dumps(metrics))
+    write_run(root / method / str(turns), config, rows, metrics)
 
 
 def _fill(root: Path) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
+from run_folders import write_run
 
 from clag.records.runs import find_runs
 from clag.tables.latency import latency_table, real_stage_times
@@ -25,16 +24,12 @@ def test_replayed_calls_are_left_out() -> None:
 
 
 def _run(root: Path, method: str, timings: list[dict], usage: list[dict]) -> None:
-    folder = root / method
-    folder.mkdir(parents=True)
     config = {"exp": "reference", "method": {"name": method, "system": {}}, "dataset": {"name": "locomo"},
               "model": {"name": "m"}, "runner": {"answer_batch_size": 8}}  # fmt: skip
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
     rows = [{"question_id": f"q{i}", "timings_ms": t, "usage": u} for i, (t, u) in enumerate(zip(timings, usage))]
-    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = {"method": method, "dataset": "locomo", "engine": "vllm", "dtype": "bfloat16", "concurrent_episodes": 5,
            "hardware": {"cpu_model": "Xeon", "cpu_count": 2}}  # fmt: skip
-    (folder / "metrics.json").write_text(json.dumps({"run": run}))
+    write_run(root / method, config, rows, {"run": run})
 
 
 def test_the_keyword_call_is_pooled_and_ratios_are_to_rag(tmp_path: Path) -> None:

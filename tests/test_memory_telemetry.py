@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
+from run_folders import write_run
 
 from clag.records.runs import find_runs
 from clag.tables.memory_telemetry import main, memory_stats, stage_counters
 
 
 def _run(root: Path, method: str, exp: str, telemetry: list[dict], usage: dict, variant: str | None = None) -> None:
-    folder = root / exp / method / (variant or "full")
-    folder.mkdir(parents=True)
     config = {"exp": exp, "method": {"name": method, "system": {}}, "dataset": {"name": "locomo"},
               "model": {"name": "qwen2.5-0.5b"}, "variant_name": variant}  # fmt: skip
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
     rows = [{"question_id": f"q{i}", "category": 4, "f1": 0.5, "telemetry": t} for i, t in enumerate(telemetry)]
-    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     structure = {"conv-26": {"notes": 100, "evolutions": 90, "links": 200}, "conv-30": {"notes": 50, "evolutions": 0,
                  "links": 10}}  # fmt: skip
     metrics = {"run": {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": exp},
                "structure": structure, "usage": {"ingestion": usage, "questions": {}},
                "overall_sets": {"1-4": {"f1": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 40}}}}  # fmt: skip
-    (folder / "metrics.json").write_text(json.dumps(metrics))
+    write_run(root / exp / method / (variant or "full"), config, rows, metrics)
 
 
 def test_memory_stats_and_counters_come_from_the_run_folder(tmp_path: Path) -> None:
