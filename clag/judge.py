@@ -32,7 +32,7 @@ from clag.llm.client import LLMClient
 from clag.metrics import judge_calibration as calibration
 from clag.metrics.judge import PROMPTS, JudgeSettings, apply_judge, format_judge, judge_rows
 from clag.records.files import read_jsonl, rewrite_jsonl, write_json
-from clag.running.build import client_for_model, judge_client
+from clag.running.build import judge_client, named_judge_client
 
 
 def judge_run(run_dir: Path, settings: JudgeSettings, llm: LLMClient | None = None) -> dict[str, Any]:
@@ -74,10 +74,7 @@ def calibrate(run_dir: Path, out: Path, settings: JudgeSettings, llm: LLMClient 
         raise ValueError(f"{run_dir}: no question yields a calibration item (a LoCoMo run is needed)")
     name = str(settings.model)
     if llm is None:
-        try:
-            llm = client_for_model(name, settings.overrides)
-        except Exception as err:  # any failure to build a model (missing weights, a server that is down)
-            raise RuntimeError(f"judge model {name!r} cannot be built: {err}") from err
+        llm = named_judge_client(settings)
     unskipped = replace(settings, skip_categories={})
     first, summary = judge_rows(items, llm, unskipped, None, name)
     subset = calibration.sampled_subset(items, SAMPLED_ITEMS)

@@ -104,7 +104,16 @@ def judge_client(
         model_cfg = OmegaConf.create(dict(run_cfg["model"]))
         cache_cfg = OmegaConf.create(dict(run_cfg["cache"]))
         return build_client(backend or build_backend(model_cfg), model_cfg, cache_cfg), own
+    return named_judge_client(settings), str(settings.model)
+
+
+def named_judge_client(settings: JudgeSettings) -> LLMClient:
+    """The client of the judge ``settings.model`` names (with ``settings.overrides``).
+
+    Raises:
+        RuntimeError: It cannot be built.
+    """
     try:
-        return client_for_model(str(settings.model), settings.overrides), str(settings.model)
+        return client_for_model(str(settings.model), settings.overrides)
     except Exception as err:  # any failure to build a model (missing weights, a server that is down)
         raise RuntimeError(f"judge model {settings.model!r} cannot be built: {err}") from err
