@@ -125,7 +125,7 @@ def test_j_is_let_through_only_for_the_prompts_the_calibration_passes(tmp_path):
     runs.mkdir(parents=True)
     metrics = ["f1", "bleu1", "j_lenient", "j_strict"]
     assert cal.find_report(runs) is None and cal.allowed_metrics(metrics, None) == ["f1", "bleu1"]
-    assert "no judge calibration" in cal.judge_note(runs)
+    assert "no judge calibration" in cal.judge_note(cal.find_report(runs))
     report = {"judge": {"label": "qwen2.5-1.5b judge (1.5B, small)"},
               "prompts": {"lenient": {"passes": False}, "strict": {"passes": True}}}  # fmt: skip
     (tmp_path / "reference" / "judge_calibration").mkdir()
@@ -133,7 +133,7 @@ def test_j_is_let_through_only_for_the_prompts_the_calibration_passes(tmp_path):
     path, found = cal.find_report(runs)
     assert path.parent.parent == tmp_path / "reference" and found == report  # the nearest folder above the runs
     assert cal.allowed_metrics(metrics, found) == ["f1", "bleu1", "j_strict"]
-    assert "lets through j_strict" in cal.judge_note(runs)
+    assert "lets through j_strict" in cal.judge_note(cal.find_report(runs))
 
 
 def test_the_sampled_subset_keeps_its_items_when_kinds_are_added():

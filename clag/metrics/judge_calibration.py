@@ -43,7 +43,7 @@ from typing import Any
 from clag.metrics import cohen_kappa
 from clag.metrics.aggregate import summarize
 from clag.metrics.scoring import category_number
-from clag.metrics.temporal import date_match, date_spans
+from clag.metrics.temporal import Span, date_match, date_spans
 
 RIGHT_KINDS = ("gold", "gold_long")
 WRONG_KINDS = ("other_gold", "near_date", "vague", "adversarial")
@@ -66,21 +66,21 @@ def _distinct(candidate: str, gold: str) -> bool:
     return not score
 
 
-def _vague(gold: str) -> str | None:
-    """``Sometime in <year>`` for a gold naming one span of at most a month, else None."""
+def _one_span(gold: str) -> Span | None:
+    """The one span of days a gold names, or None (no date, or several)."""
     spans = date_spans(gold)
-    if len(spans) != 1 or (spans[0].last - spans[0].first).days > 31:
-        return None
-    return f"Sometime in {spans[0].first.year}"
+    return spans[0] if len(spans) == 1 else None
 
 
-def _near_date(gold: str) -> str | None:
+def _vague(span: Span) -> str | None:
+    """``Sometime in <year>`` for a gold span of at most a month, else None."""
+    return f"Sometime in {span.first.year}" if (span.last - span.first).days <= 31 else None
+
+
+def _near_date(span: Span) -> str | None:
     """The next day (``8 May 2023`` for ``7 May 2023``) or month (``June 2023`` for ``May 2023``) after a gold
-    naming exactly one day or one whole month, in LoCoMo's wording; else None."""
-    spans = date_spans(gold)
-    if len(spans) != 1:
-        return None
-    first, last = spans[0].first, spans[0].last
+    span of exactly one day or one whole month, in LoCoMo's wording; else None."""
+    first, last = span.first, span.last
     if first == last:
         moved = first + timedelta(days=1)
         return f"{moved.day} {calendar.month_name[moved.month]} {moved.year}"
@@ -122,7 +122,8 @@ def calibration_rows(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> list[d
 
     for row in rows:
         gold = str(row.get("answer") or "").strip()
-        if category_number(row.get("category")) == 5:
+        category = category_number(row.get("category"))
+        if category == 5:
             if str(row.get("adversarial_answer") or "").strip():
                 add(row, "adversarial", NOT_MENTIONED, str(row["adversarial_answer"]).strip())
             continue
@@ -132,14 +133,15 @@ def calibration_rows(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> list[d
         add(row, "gold_long", gold, _LONG.format(gold=gold))
         others = [
             str(other["answer"]).strip()
-            for other in pool[(str(row.get("episode_id")), category_number(row.get("category")))]
+            for other in pool[(str(row.get("episode_id")), category)]
             if other["question_id"] != row["question_id"] and _distinct(str(other["answer"]), gold)
         ]
         if others:
             add(row, "other_gold", gold, rng.choice(sorted(set(others))))
-        if category_number(row.get("category")) == 2 and (near := _near_date(gold)):
+        span = _one_span(gold) if category == 2 else None
+        if span and (near := _near_date(span)):
             add(row, "near_date", gold, near)
-        if category_number(row.get("category")) == 2 and (vague := _vague(gold)):
+        if span and (vague := _vague(span)):
             add(row, "vague", gold, vague)
     return out
 
@@ -259,9 +261,8 @@ def allowed_metrics(metrics: Sequence[str], report: Mapping[str, Any] | None) ->
     return [m for m in metrics if not m.startswith("j_") or m.removeprefix("j_") in passing]
 
 
-def judge_note(runs_dir: Path) -> str:
-    """One sentence for a report: which calibration governs J here and what it let through."""
-    found = find_report(runs_dir)
+def judge_note(found: tuple[Path, dict[str, Any]] | None) -> str:
+    """One sentence for a report: which calibration (:func:`find_report`'s) governs J and what it let through."""
     if found is None:
         return "J (LLM-judge accuracy) is left out: no judge calibration governs these runs."
     path, report = found

@@ -380,7 +380,7 @@ def render(runs_dir: Path, plot: Path | None = None) -> str:
             f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed with {machines(runs) or '—'}.",
             "## Claims: A - B over the same questions (percentage points; paired bootstrap, 10,000 resamples)",
             "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0. "
-            + judge_note(runs_dir),
+            + judge_note(calibration),
             claims_table(findings) if findings else "(no pair of runs to compare yet)",
             "## LoCoMo's category 5 apart, scored both ways",
             "The paper scores category 5 with F1 against the adversarial answer, which rewards repeating the trap;"
