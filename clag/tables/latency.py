@@ -62,20 +62,23 @@ def real_stage_times(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[float]
     return out
 
 
-def method_latency(run: RunRecord, keywords: list[float]) -> dict[str, Any]:
-    """Per stage ``(mean, n)`` (the keyword stage from the pooled ``keywords``), retrieval and end to end."""
-    times = real_stage_times(run.predictions)
+def _total(means: list[float | None]) -> float | None:
+    """The sum of stage means; None when a stage has none (not measured)."""
+    return None if None in means else sum(m for m in means if m is not None)
+
+
+def method_latency(run: RunRecord, times: Mapping[str, list[float]], keywords: list[float]) -> dict[str, Any]:
+    """Per stage ``(mean, n)`` from the run's real ``times`` (the keyword stage from the pooled ``keywords``),
+    retrieval and end to end."""
     stages = sorted({stage for row in run.predictions for stage in row.get("timings_ms") or {}})
     means: dict[str, tuple[float | None, int]] = {}
     for stage in stages:
         values = keywords if stage == "keywords" else times.get(stage, [])
         means[stage] = (sum(values) / len(values) if values else None, len(values))
-    complete = all(mean is not None for mean, _ in means.values())
-    retrieval = [mean for stage, (mean, _) in means.items() if stage not in NOT_RETRIEVAL]
     return {
         "stages": means,
-        "retrieval_ms": sum(m for m in retrieval if m is not None) if all(m is not None for m in retrieval) else None,
-        "e2e_ms": sum(m for m, _ in means.values() if m is not None) if complete and means else None,
+        "retrieval_ms": _total([mean for stage, (mean, _) in means.items() if stage not in NOT_RETRIEVAL]),
+        "e2e_ms": _total([mean for mean, _ in means.values()]) if means else None,
     }
 
 
@@ -112,8 +115,9 @@ def latency_table(runs: list[RunRecord], dataset: str) -> str:
               and run.method in METHODS and not run.config.get("variant_name")}  # fmt: skip
     if not chosen:
         return f"(no {dataset} runs)"
-    keywords = [ms for run in chosen.values() for ms in real_stage_times(run.predictions).get("keywords", [])]
-    latency = {method: method_latency(run, keywords) for method, run in chosen.items()}
+    times = {method: real_stage_times(run.predictions) for method, run in chosen.items()}
+    keywords = [ms for by_stage in times.values() for ms in by_stage.get("keywords", [])]
+    latency = {method: method_latency(run, times[method], keywords) for method, run in chosen.items()}
     rag = latency.get("rag", {})
     lines = [
         "| method | keywords (ms, n) | retrieval stages (ms, n) | answer (ms, n) | retrieval (ms) | end to end (ms) "

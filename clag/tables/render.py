@@ -420,8 +420,9 @@ def render_all(
     for number in compare_numbers(spec_dir):
         if number in wanted:
             spec = load_spec(number, spec_dir)
-            metrics = allowed_metrics([m for m in spec.metrics if m], calibration and calibration[1])
-            if len(metrics) < len([m for m in spec.metrics if m]):  # J left out: no calibration lets it through
+            named = [m for m in spec.metrics if m]
+            metrics = allowed_metrics(named, calibration and calibration[1])
+            if metrics != named:  # J left out: no calibration lets it through
                 spec = replace(spec, metrics=metrics or [None])
             if dataset := (run_datasets or {}).get(number):
                 spec = replace(
