@@ -98,6 +98,11 @@ class RunRecord:
         return int(self.info.get("questions") or self.metrics.get("n") or 0)
 
     @property
+    def episode_structures(self) -> list[dict[str, Any]]:
+        """Each episode's memory structure as ``metrics.json`` records it (notes, links, clusters, ...)."""
+        return [s for s in (self.metrics.get("structure") or {}).values() if isinstance(s, dict)]
+
+    @property
     def is_sliced(self) -> bool:
         """True when any ``limit.*`` cut the data: such numbers are not the paper's setting."""
         return any(value is not None for value in (self.info.get("slice") or {}).values())

@@ -62,7 +62,7 @@ def checkpoints(runs: Sequence[RunRecord]) -> dict[int, dict[str, RunRecord]]:
 
 def run_stats(run: RunRecord, fixed: set[str] | None) -> dict[str, Any]:
     """Notes, F1 (1-4), F1 over the fixed questions, R@10, CLAG's clusters and search space."""
-    episodes = [s for s in (run.metrics.get("structure") or {}).values() if isinstance(s, Mapping)]
+    episodes = run.episode_structures
     notes = [float(s.get("notes", s.get("items", 0))) for s in episodes]
     rows = _rows(run)
     space = [float(t["search_space"]) for t in (row.get("telemetry") or {} for row in rows) if "search_space" in t]

@@ -23,7 +23,6 @@ corrected conventions, the authors' code settings):
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ def _shown(value: float | None, form: str = "{:.2f}") -> str:
 
 def memory_stats(run: RunRecord) -> dict[str, float | None]:
     """Notes, evolution rate, links per note, link share, pick rate and mean search space of one run."""
-    episodes = [s for s in (run.metrics.get("structure") or {}).values() if isinstance(s, Mapping)]
+    episodes = run.episode_structures
     notes = sum(int(s.get("notes", 0)) for s in episodes)
     telemetry = [row.get("telemetry") or {} for row in run.predictions]
     picked = [t["mode"] == "cluster" for t in telemetry if "clusters" in t and "mode" in t]
