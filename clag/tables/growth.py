@@ -60,7 +60,7 @@ def checkpoints(runs: Sequence[RunRecord]) -> dict[int, dict[str, RunRecord]]:
     return dict(sorted(out.items()))
 
 
-def run_stats(run: RunRecord, fixed: set[str] | None) -> dict[str, Any]:
+def run_stats(run: RunRecord, fixed: set[str]) -> dict[str, Any]:
     """Notes, F1 (1-4), F1 over the fixed questions, R@10, CLAG's clusters and search space."""
     episodes = run.episode_structures
     notes = [float(s.get("notes", s.get("items", 0))) for s in episodes]
@@ -70,7 +70,7 @@ def run_stats(run: RunRecord, fixed: set[str] | None) -> dict[str, Any]:
     return {
         "notes": float(np.mean(notes)) if notes else None,
         "f1": summarize([float(row["f1"]) for row in rows]),
-        "f1_fixed": summarize([float(row["f1"]) for row in rows if fixed is None or row["question_id"] in fixed]),
+        "f1_fixed": summarize([float(row["f1"]) for row in rows if row["question_id"] in fixed]),
         "r10": summarize([float(row["r10"]) for row in rows if row.get("r10") is not None]),
         "clusters": float(np.mean(clusters)) if clusters else None,
         "search_space": float(np.mean(space)) if space and run.method == "clag" else None,
