@@ -128,13 +128,14 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 # The reference's LLM judge (issue 29): the 1.5B stand-in on its own server, float32 pinned (its calls are cached
 # in the reference's cache under that identity), its calibration on the questions of LoCoMo's RAG run
 JUDGE_OVERRIDES := engine=vllm model.backend.dtype=float32
-JUDGE_ARGS := --model qwen2.5-1.5b $(foreach o,$(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite,--override $(o))
+JUDGE_CLIENT_OVERRIDES := $(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite
+JUDGE_ARGS := --model qwen2.5-1.5b $(foreach o,$(JUDGE_CLIENT_OVERRIDES),--override $(o))
 JUDGE_CALIBRATION_RUN ?= $(REFERENCE)/runs/reference/locomo/rag/qwen2.5-0.5b/seed0-1816dca6
 # The reference's tables in one rendering (one index); Tables 13-14's failure judge answers from the cache where
 # `make reference-judge` has run it (a failure it has not seen needs its server: else that table stays unclassified)
 REFERENCE_TABLES = $(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables \
 	--only 1 3 4 5 7 12 13 14 15 16 --judge qwen2.5-1.5b \
-	$(foreach o,$(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite,--judge-override $(o))
+	$(foreach o,$(JUDGE_CLIENT_OVERRIDES),--judge-override $(o))
 
 reference-judge: install vllm model-1.5b ## The reference's judge: calibration, J of every reference run, Tables 13-14's failure judge (1.5B, ~3 h on 2 cores)
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
