@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from clag.metrics import paired_bootstrap
-from clag.metrics.aggregate import CATEGORY_SETS, MIN_INTERVAL_N, SUMMARY_KEYS, format_estimate
+from clag.metrics.aggregate import CATEGORY_SETS, JUDGE_KEYS, MIN_INTERVAL_N, SUMMARY_KEYS, format_estimate
 from clag.metrics.scoring import category_label, category_number
 from clag.records.runs import RunRecord, find_runs
 
-DEFAULT_METRICS = ("f1", "bleu1", "meteor", "bert_f1", "rougeL", "exact_match", "j_lenient", "j_strict")
+DEFAULT_METRICS = ("f1", "bleu1", "meteor", "bert_f1", "rougeL", "exact_match", *JUDGE_KEYS)
 
 
 def paired_difference(

@@ -30,7 +30,7 @@ import yaml
 
 from clag.llm.client import LLMClient
 from clag.metrics import judge_calibration as calibration
-from clag.metrics.judge import PROMPTS, JudgeSettings, apply_judge, format_judge, judge_rows
+from clag.metrics.judge import PROMPTS, JudgeSettings, apply_judge, format_judge, judge_rows, judged_names
 from clag.records.files import read_jsonl, rewrite_jsonl, write_json
 from clag.running.build import judge_client, named_judge_client
 
@@ -91,7 +91,7 @@ def calibrate(run_dir: Path, out: Path, settings: JudgeSettings, llm: LLMClient 
         },
         "prompts": {},
     }
-    for prompt in settings.prompts:
+    for prompt in judged_names(settings.prompts):
         kinds = calibration.acceptance(first, prompt)
         agreement = calibration.self_agreement([first[i] for i in subset], second, prompt)
         passed, failed = calibration.separates(kinds, agreement["kappa"])

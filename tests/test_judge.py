@@ -22,6 +22,7 @@ from clag.metrics.judge import (
     UNCLEAR,
     WRONG,
     JudgeSettings,
+    date_vetoed,
     format_judge,
     judge_prompt,
     judge_rows,
@@ -113,8 +114,11 @@ def test_unclear_verdicts_are_counted_and_left_out_never_scored_wrong():
     judged, summary = judge_rows(rows(), llm, JudgeSettings(), "locomo", "qwen2.5-0.5b")
     assert [r["j_lenient"] for r in judged] == [1.0, 1.0, 0.0, None, None, None]
     assert [r["j_strict"] for r in judged] == [1.0, 0.0, 0.0, 0.0, 0.0, None]
-    assert summary["counts"]["lenient"] == {"judged": 5, "correct": 2, "wrong": 1, "unclear": 2}
-    assert summary["counts"]["strict"] == {"judged": 5, "correct": 1, "wrong": 4, "unclear": 0}
+    assert summary["counts"]["lenient"] == {"judged": 5, "correct": 2, "wrong": 1, "unclear": 2, "date_vetoed": 0}
+    assert summary["counts"]["strict"] == {"judged": 5, "correct": 1, "wrong": 4, "unclear": 0, "date_vetoed": 0}
+    # no answer names a date outside its gold's: the date-vetoed variants equal the prompts
+    assert all(r[f"j_{name}_dated"] == r[f"j_{name}"] for r in judged for name in ("lenient", "strict"))
+    assert judged[0]["judge"]["date"] == "matched" and "date" not in judged[1]["judge"]
     assert summary["skipped"] == {"category": 1, "no_gold": 0, "categories": [5]}
     assert (
         judged[3]["judge"]["lenient"]["verdict"] == UNCLEAR
@@ -133,6 +137,43 @@ def test_unclear_verdicts_are_counted_and_left_out_never_scored_wrong():
     assert missing_keys(dict(summary), JudgeSection) == []
     assert set(summary) <= set(JudgeSection.__annotations__)
     assert missing_keys(summary["counts"]["lenient"], JudgeCount) == []
+
+
+@pytest.mark.parametrize(
+    ("verdict", "status", "expected"),
+    [
+        (1.0, "other_date", 0.0),  # CORRECT, but the answer names another date: overruled
+        (1.0, "matched", 1.0),
+        (1.0, "no_date_in_prediction", 1.0),  # no date named: the judge decides
+        (1.0, "gold_not_a_date", 1.0),
+        (0.0, "matched", 0.0),  # the veto never turns WRONG into CORRECT
+        (None, "other_date", None),  # an unclear verdict stays unclear
+    ],
+)
+def test_the_date_veto_only_takes_a_correct_away(verdict, status, expected):
+    assert date_vetoed(verdict, status) == expected
+
+
+def test_a_judge_that_accepts_any_date_is_overruled_on_real_locomo_golds():
+    """LoCoMo's own golds (conv-26): a next-day answer, a vague year, an ISO form of the right day, a
+    relative gold answered with its day; the judge accepts all four, the veto keeps the right two."""
+    data = [
+        {"question_id": "a", "question": "When did Caroline go to the LGBTQ support group?", "answer": "7 May 2023",
+         "prediction": "8 May 2023", "category": 2},
+        {"question_id": "b", "question": "When did Caroline go to the LGBTQ support group?", "answer": "7 May 2023",
+         "prediction": "Sometime in 2023", "category": 2},
+        {"question_id": "c", "question": "When did Caroline go to the LGBTQ support group?", "answer": "7 May 2023",
+         "prediction": "2023-05-07", "category": 2},
+        {"question_id": "d", "question": "When did Melanie run a charity race?",
+         "answer": "The sunday before 25 May 2023", "prediction": "On 21 May 2023", "category": 2},
+    ]  # fmt: skip
+    llm, _ = client(lambda prompt, _config: '{"reason": "same time", "verdict": "CORRECT"}')
+    judged, summary = judge_rows(data, llm, JudgeSettings(prompts=("strict",)), "locomo", "qwen2.5-1.5b")
+    assert [r["j_strict"] for r in judged] == [1.0, 1.0, 1.0, 1.0]
+    assert [r["j_strict_dated"] for r in judged] == [0.0, 0.0, 1.0, 1.0]
+    assert summary["counts"]["strict"]["date_vetoed"] == 2
+    assert [r["judge"]["date"] for r in judged] == ["other_date", "other_date", "matched", "matched"]
+    assert "2 CORRECT overruled by the date veto" in format_judge({"judge": summary})
 
 
 def test_rows_without_a_gold_answer_are_skipped_and_counted():

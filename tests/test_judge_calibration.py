@@ -48,6 +48,10 @@ def test_the_set_holds_each_kind_where_it_applies():
     # near_date: the next day or month in LoCoMo's wording, for a gold naming one day or month
     near = {r["source_question_id"]: r["prediction"] for r in items if r["kind"] == "near_date"}
     assert near == {"conv-26:q0": "8 May 2023", "conv-26:q2": "22 May 2023"}  # the Sunday was 21 May
+    # gold_iso: the same one-day or one-month gold in ISO 8601, a right answer in another format
+    iso = {r["source_question_id"]: r["prediction"] for r in items if r["kind"] == "gold_iso"}
+    assert iso == {"conv-26:q0": "2023-05-07", "conv-26:q2": "2023-05-21"}
+    assert all(r["expected"] for r in items if r["kind"] == "gold_iso")
     # other_gold: same conversation and category, no shared content word, no day inside a dated gold
     other = next(r for r in items if r["kind"] == "other_gold" and r["source_question_id"] == "conv-26:q3")
     assert other["prediction"] == "Adoption agencies"
@@ -111,6 +115,12 @@ def test_calibrate_writes_the_report_and_applies_the_rule(tmp_path):
     items = [json.loads(line) for line in (tmp_path / "out" / "items.jsonl").read_text().splitlines()]
     assert len(items) == report["items"] and all("sampled" in row for row in items)
     assert json.loads((tmp_path / "out" / "calibration.json").read_text())["prompts"]["lenient"]["passes"] is False
+    # the date-vetoed variant is ruled on like a prompt: the veto rejects the near dates the lenient believer
+    # accepts and the other golds that are dates, keeps the ISO form of the right day, and leaves the accepted
+    # wrong facts without a date alone (so it fails too)
+    dated = report["prompts"]["lenient_dated"]
+    assert dated["kinds"]["near_date"]["mean"] == 0.0 and dated["kinds"]["gold_iso"]["mean"] == 1.0
+    assert 0.0 < dated["kinds"]["other_gold"]["mean"] < 1.0 and not dated["passes"]
     text = (tmp_path / "out" / "calibration.md").read_text()
     assert "| lenient | other_gold | rejected |" in text and "fails" in text
 

@@ -24,8 +24,9 @@ from clag.metrics.scoring import category_label, category_number
 from clag.metrics.settings import MetricSettings
 from clag.metrics.temporal import TEMPORAL_KEYS
 
-JUDGE_KEYS = ("j_lenient", "j_strict")
-"""LLM-judge accuracy per prompt (``clag.metrics.judge``); absent from rows until a judge ran."""
+JUDGE_KEYS = ("j_lenient", "j_strict", "j_lenient_dated", "j_strict_dated")
+"""LLM-judge accuracy per prompt and per date-vetoed variant (``clag.metrics.judge``); absent from rows until
+a judge ran."""
 SUMMARY_KEYS = ANSWER_KEYS + ("f1_official", "adversarial_official") + TEMPORAL_KEYS + JUDGE_KEYS
 CATEGORY_SETS: dict[str, dict[str, tuple[int, ...]]] = {"locomo": {"1-4": (1, 2, 3, 4), "1-5": (1, 2, 3, 4, 5)}}
 """Per dataset, the category subsets whose overall means ``metrics.json`` reports under ``overall_sets``."""

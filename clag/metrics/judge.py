@@ -31,8 +31,18 @@ parameters, the 0.5B offline stand-in above all) is labelled as such in
 rough check, not comparable with the GPT-4o-mini judge behind published J
 scores.
 
-Per question, ``predictions.jsonl`` gains ``j_lenient`` / ``j_strict``
-(1.0, 0.0 or None) and ``judge`` (verdict and reason per prompt);
+Each prompt also has a *date-vetoed* variant (``lenient_dated``,
+``strict_dated``): its verdict, overruled to WRONG where the answer names a
+date outside every date the gold names (:func:`date_vetoed`, with
+:func:`clag.metrics.temporal.date_match`'s parse). The judge calibration found
+both prompts' weak spot there: the 1.5B judge accepted the next day or month
+of a dated gold (lenient 79%, strict 39%), and "sometime in <year>" for a day
+(lenient 32%). The veto only ever takes a CORRECT away, and only where both
+answers name dates; the calibration measures each variant like a prompt.
+
+Per question, ``predictions.jsonl`` gains ``j_lenient`` / ``j_strict`` and
+``j_lenient_dated`` / ``j_strict_dated`` (1.0, 0.0 or None) and ``judge``
+(verdict and reason per prompt, and the date comparison where the gold names a date);
 ``metrics.json`` gains both in ``overall``, ``by_category`` and
 ``overall_sets`` with bootstrap intervals, and a ``judge`` section
 (:class:`clag.records.schema.JudgeSection`: model,
@@ -51,6 +61,7 @@ from clag.llm.client import LLMClient
 from clag.metrics import cohen_kappa
 from clag.metrics.aggregate import format_estimate, refresh_answer_tables
 from clag.metrics.scoring import category_label, category_number
+from clag.metrics.temporal import GOLD_NOT_A_DATE, OTHER_DATE, date_match
 from clag.records.schema import JudgeSection
 
 CORRECT, WRONG, UNCLEAR = "CORRECT", "WRONG", "UNCLEAR"
@@ -87,6 +98,8 @@ _REPLY = (
     'or {"reason": "<one short sentence>", "verdict": "WRONG"}. Never give both labels.'
 )
 PROMPTS = tuple(_RULES)
+DATED = "_dated"
+"""Suffix of a prompt's date-vetoed variant (``strict_dated``): see :func:`date_vetoed`."""
 _LABEL_WORDS = re.compile(r"\b(correct|incorrect|wrong)\b", re.IGNORECASE)
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([bm])(?![a-z])", re.IGNORECASE)
 
@@ -101,6 +114,18 @@ def judge_prompt(name: str, question: str, gold: str, prediction: str) -> str:
             _REPLY,
         ]
     )
+
+
+def judged_names(prompts: Sequence[str]) -> list[str]:
+    """The verdict names ``prompts`` yield: each prompt, then each one's date-vetoed variant."""
+    return [*prompts, *(f"{name}{DATED}" for name in prompts)]
+
+
+def date_vetoed(verdict: float | None, status: str) -> float | None:
+    """A verdict under the date veto: WRONG (0.0) where it was CORRECT but the answer names a date outside the
+    gold's (``status`` from :func:`clag.metrics.temporal.date_match` is ``other_date``); else unchanged. An
+    answer without a date, or a gold without one, leaves the verdict to the judge."""
+    return 0.0 if verdict and status == OTHER_DATE else verdict
 
 
 def prompt_hash(name: str) -> str:
@@ -204,16 +229,17 @@ def judge_rows(
     """Judge every eligible row with every prompt; returns new rows and the ``judge`` summary.
 
     A row keeps all its keys and gains ``j_<prompt>`` (1.0 correct, 0.0
-    wrong, None unclear or skipped) and ``judge`` (``{prompt: {"verdict",
-    "reason"}}``, plus the raw reply of an unclear verdict, or
-    ``{"skipped": why}``).
+    wrong, None unclear or skipped), ``j_<prompt>_dated`` (the same under the
+    date veto) and ``judge`` (``{prompt: {"verdict", "reason"}}``, plus the
+    raw reply of an unclear verdict and ``date``, the date comparison, where
+    the gold names a date; or ``{"skipped": why}``).
     """
     skip = set(settings.skip_categories.get(dataset or "", ()))
     out = [dict(row) for row in rows]
     eligible = []
     skipped = {"category": 0, "no_gold": 0}
     for index, row in enumerate(out):
-        for name in settings.prompts:
+        for name in judged_names(settings.prompts):
             row[f"j_{name}"] = None
         if category_number(row.get("category")) in skip:
             skipped["category"] += 1
@@ -224,6 +250,7 @@ def judge_rows(
         else:
             row["judge"] = {}
             eligible.append(index)
+    dates = {i: date_match(str(out[i].get("prediction") or ""), _gold(out[i]))[1] for i in eligible}
     counts = {}
     for name in settings.prompts:
         prompts = [
@@ -247,11 +274,15 @@ def judge_rows(
                 record["raw"] = text[:500]
             out[i]["judge"][name] = record
             out[i][f"j_{name}"] = None if verdict == UNCLEAR else float(verdict == CORRECT)
+            out[i][f"j_{name}{DATED}"] = date_vetoed(out[i][f"j_{name}"], dates[i])
+            if dates[i] != GOLD_NOT_A_DATE:
+                out[i]["judge"]["date"] = dates[i]
         counts[name] = {
             "judged": len(eligible),
             "correct": tally[CORRECT],
             "wrong": tally[WRONG],
             "unclear": tally[UNCLEAR],
+            "date_vetoed": sum(out[i][f"j_{name}"] != out[i][f"j_{name}{DATED}"] for i in eligible),
         }
     summary: JudgeSection = {  # type: ignore[typeddict-item]  # model_label's keys are spread in
         **model_label(judge_name),
@@ -300,7 +331,7 @@ def format_judge(metrics: Mapping[str, Any]) -> str:
     """Plain-text report: each prompt's accuracy overall, per category set and category; counts and kappa."""
     judge = metrics.get("judge") or {}
     prompts = list(judge.get("prompts") or PROMPTS)
-    keys = [f"j_{name}" for name in prompts]
+    keys = [f"j_{name}" for name in judged_names(prompts)]
     lines = [f"judge: {judge.get('label', '?')}", "\t".join(["", *keys])]
     groups = [("overall", metrics.get("overall") or {})]
     groups += [(f"categories {name}", table) for name, table in (metrics.get("overall_sets") or {}).items()]
@@ -311,7 +342,7 @@ def format_judge(metrics: Mapping[str, Any]) -> str:
     for name, count in (judge.get("counts") or {}).items():
         lines.append(
             f"{name}: {count['judged']} judged, {count['correct']} correct, {count['wrong']} wrong, "
-            f"{count['unclear']} unclear (left out)"
+            f"{count['unclear']} unclear (left out), {count.get('date_vetoed', 0)} CORRECT overruled by the date veto"
         )
     skipped = judge.get("skipped") or {}
     lines.append(

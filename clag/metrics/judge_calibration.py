@@ -7,9 +7,11 @@ rejected 30% of the right ones (the long ones), so J is calibrated here before
 it is reported. Each LoCoMo question of a run's slice yields candidate answers
 whose verdict is known without a judge:
 
-* right: ``gold`` (the gold answer verbatim) and ``gold_long`` (the gold inside
+* right: ``gold`` (the gold answer verbatim), ``gold_long`` (the gold inside
   a longer sentence, as verbose small models answer: the strict prompt's weak
-  spot);
+  spot) and ``gold_iso`` (a temporal gold of one day or one month written as
+  ISO 8601, ``2023-05-07`` or ``2023-05``: the form most of the first
+  reference's temporal answers took; added 2026-12-04);
 * wrong but plausible: ``other_gold`` (the gold of another question of the same
   conversation and category that shares no content word with this gold, and,
   for a date, names no day inside it), ``near_date`` (a temporal gold that
@@ -24,7 +26,11 @@ The rule that lets a prompt's J into Table 1 and the claims
 (:func:`separates`): it accepts at least :data:`MIN_RIGHT` of every right kind,
 at most :data:`MAX_WRONG` of every wrong kind, and agrees with itself
 (a second, sampled judge run at another seed) with Cohen's kappa at least
-:data:`MIN_SELF_KAPPA`. Unclear verdicts are counted and left out, as in J.
+:data:`MIN_SELF_KAPPA`. Unclear verdicts are counted and left out, as in J. Each prompt's
+date-vetoed variant (:func:`clag.metrics.judge.date_vetoed`) is measured and
+ruled on like a prompt; ``gold_iso`` is the kind that would catch a veto that
+overrules right dates written another way (``near_date`` and ``vague`` share
+the veto's date parser, so the veto rejects them by construction).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from clag.metrics.aggregate import summarize
 from clag.metrics.scoring import category_number
 from clag.metrics.temporal import Span, date_match, date_spans
 
-RIGHT_KINDS = ("gold", "gold_long")
+RIGHT_KINDS = ("gold", "gold_long", "gold_iso")
 WRONG_KINDS = ("other_gold", "near_date", "vague", "adversarial")
 KINDS = RIGHT_KINDS + WRONG_KINDS
 NOT_MENTIONED = "Not mentioned in the conversation"
@@ -77,17 +83,35 @@ def _vague(span: Span) -> str | None:
     return f"Sometime in {span.first.year}" if (span.last - span.first).days <= 31 else None
 
 
+def _unit(span: Span) -> str | None:
+    """``day`` or ``month`` for a span of exactly one day or one whole month, else None."""
+    first, last = span.first, span.last
+    if first == last:
+        return "day"
+    if first.day == 1 and (last + timedelta(days=1)).day == 1 and first.month == last.month:
+        return "month"
+    return None
+
+
 def _near_date(span: Span) -> str | None:
     """The next day (``8 May 2023`` for ``7 May 2023``) or month (``June 2023`` for ``May 2023``) after a gold
     span of exactly one day or one whole month, in LoCoMo's wording; else None."""
-    first, last = span.first, span.last
-    if first == last:
-        moved = first + timedelta(days=1)
+    unit = _unit(span)
+    if unit == "day":
+        moved = span.first + timedelta(days=1)
         return f"{moved.day} {calendar.month_name[moved.month]} {moved.year}"
-    if first.day == 1 and (last + timedelta(days=1)).day == 1 and first.month == last.month:
-        moved = last + timedelta(days=1)
+    if unit == "month":
+        moved = span.last + timedelta(days=1)
         return f"{calendar.month_name[moved.month]} {moved.year}"
     return None
+
+
+def _iso(span: Span) -> str | None:
+    """A one-day or one-month gold span in ISO 8601 (``2023-05-07``, ``2023-05``); else None."""
+    unit = _unit(span)
+    if unit == "day":
+        return span.first.isoformat()
+    return span.first.strftime("%Y-%m") if unit == "month" else None
 
 
 def calibration_rows(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
@@ -139,6 +163,8 @@ def calibration_rows(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> list[d
         if others:
             add(row, "other_gold", gold, rng.choice(sorted(set(others))))
         span = _one_span(gold) if category == 2 else None
+        if span and (iso := _iso(span)):
+            add(row, "gold_iso", gold, iso)
         if span and (near := _near_date(span)):
             add(row, "near_date", gold, near)
         if span and (vague := _vague(span)):

@@ -68,7 +68,8 @@ class ScoredRow(PredictionRow):
 
     Evidence keys are None for a question without gold evidence;
     ``adversarial_official`` is None outside LoCoMo's category 5; the judge's
-    ``j_lenient`` / ``j_strict`` (``clag.metrics.judge``) are there only when a judge ran.
+    ``j_lenient`` / ``j_strict`` and their date-vetoed ``j_*_dated`` (``clag.metrics.judge``) are there only when
+    a judge ran.
     """
 
     f1: float
@@ -86,6 +87,8 @@ class ScoredRow(PredictionRow):
     date_status: NotRequired[str]
     j_lenient: NotRequired[float | None]
     j_strict: NotRequired[float | None]
+    j_lenient_dated: NotRequired[float | None]  # the same under the date veto (clag.metrics.judge.date_vetoed)
+    j_strict_dated: NotRequired[float | None]
     e_prec: float | None
     e_recall: float | None
     e_f1: float | None
@@ -206,6 +209,7 @@ class JudgeCount(TypedDict):
     correct: int
     wrong: int
     unclear: int  # neither label, or both: left out of ``j_<prompt>``, never scored wrong
+    date_vetoed: NotRequired[int]  # CORRECT verdicts the date veto overruled (j_<prompt>_dated); from 2026-12-04
 
 
 class Agreement(TypedDict):

@@ -56,6 +56,8 @@ METRICS: dict[str, Metric] = {
     "date_match": Metric("Date match (not in the paper)", "answer", 100),
     "j_lenient": Metric("J (lenient)", "answer", 100),
     "j_strict": Metric("J (strict)", "answer", 100),
+    "j_lenient_dated": Metric("J (lenient, date veto)", "answer", 100),
+    "j_strict_dated": Metric("J (strict, date veto)", "answer", 100),
     "e_prec": Metric("E-Prec", "evidence", 100),
     "e_recall": Metric("E-Recall", "evidence", 100),
     "e_f1": Metric("E-F1", "evidence", 100),

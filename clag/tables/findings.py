@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from clag.compare import paired_difference
-from clag.metrics.aggregate import format_estimate
+from clag.metrics.aggregate import JUDGE_KEYS, format_estimate
 from clag.metrics.attribution import CLASSES, attribution
 from clag.metrics.judge_calibration import allowed_metrics, find_report, judge_note
 from clag.records.runs import RunRecord, find_runs
@@ -53,7 +53,7 @@ from clag.tables.specs import load_defaults
 
 BASELINES = ("rag", "amem", "gam", "memoryos", "full_context", "no_memory")
 RETRIEVERS = ("rag", "amem", "gam", "memoryos")  # the baselines that rank evidence
-METRICS = ("f1", "bleu1", "j_lenient")
+METRICS = ("f1", "bleu1", *JUDGE_KEYS)  # J only where the judge calibration lets it through
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from clag.compare import paired_difference
-from clag.metrics.aggregate import CATEGORY_SETS, MIN_INTERVAL_N
+from clag.metrics.aggregate import CATEGORY_SETS, JUDGE_KEYS, MIN_INTERVAL_N
 from clag.metrics.judge_calibration import allowed_metrics, find_report
 from clag.records.runs import RunRecord, find_runs
 from clag.tables import cases, plots
@@ -253,7 +253,7 @@ def _run_notes(long: pd.DataFrame, used: list[RunRecord]) -> list[str]:
                 f"Full context ({run.dataset}): truncated at the budget for {cut} of {run.questions} questions."
             )
     judges = sorted({str((run.metrics.get("judge") or {}).get("label")) for run in used if run.metrics.get("judge")})
-    if judges and keys & {"j_lenient", "j_strict"}:
+    if judges and keys & set(JUDGE_KEYS):
         notes.append(f"J = LLM-judge accuracy by {', '.join(judges)}.")
     if "bert_f1" in keys:
         settings = [run.metrics.get("settings") or {} for run in used]
@@ -407,8 +407,9 @@ def render_all(
         run_datasets: Table number -> the dataset whose runs fill its cells, where it is not the
             paper's (the reference runs Tables 9 and 10 on BioASQ; the caption says so).
 
-    A table's J columns (``j_lenient``, ``j_strict``) are shown only for the judge prompts that the judge
-    calibration governing ``runs_dir`` lets through (:mod:`clag.metrics.judge_calibration`).
+    A table's J columns (``j_lenient``, ``j_strict`` and their ``_dated`` variants) are shown only for the
+    judge prompts that the judge calibration governing ``runs_dir`` lets through
+    (:mod:`clag.metrics.judge_calibration`).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = find_runs(runs_dir)
