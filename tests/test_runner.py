@@ -85,6 +85,8 @@ def test_run_folder_has_every_artifact(rag_run):
     assert metrics["usage"]["questions"]["keywords"]["calls"] == 4
     assert (run_dir / "config.yaml").read_text().count("method:") == 1
     assert (run_dir / "memory" / "conv-26" / "COMPLETE").exists()
+    progress = [json.loads(line) for line in (run_dir / "ingest_progress.jsonl").read_text().splitlines()]
+    assert [p["items"] for p in progress] == [16, 30] and {p["of"] for p in progress} == {30}  # one line a chunk
 
 
 def test_finished_run_is_not_redone(rag_run):

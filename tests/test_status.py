@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from clag.config import compose_config
+from clag.running.episode import note_progress
 from clag.running.spec import RunSpec
 from clag.running.status import grid, main, report, run_status
 
@@ -36,6 +37,16 @@ def test_a_run_counts_only_its_own_rows_and_each_key_once(data_dir: Path, tmp_pa
     assert (status.state, status.answered, status.episodes_done, status.finished) == ("started", 1, 1, False)
     assert (folder / "predictions.jsonl").read_text().endswith('{"cut off')  # read-only: a live run's last line stays
     assert "0 of 1 runs finished; 1 of 60 questions answered." in report([status])
+
+    # the episodes still ingesting count by their latest progress line; a finished episode's lines and another
+    # config's are left out
+    note_progress(folder / "ingest_progress.jsonl", "chunk_6", 48, 48, own["config_hash"])
+    for items in (16, 32):
+        note_progress(folder / "ingest_progress.jsonl", "chunk_7", items, 60, own["config_hash"])
+    note_progress(folder / "ingest_progress.jsonl", "chunk_8", 16, 60, "other")
+    status = run_status(overrides)
+    assert status.items_ingested == 32
+    assert "| 1/3 (+32 items of the others) |" in report([status])
 
 
 def test_no_data_folder_is_one_line_and_exit_2(monkeypatch, capsys) -> None:

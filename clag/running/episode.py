@@ -8,6 +8,7 @@ takes every LLM call it already made from the cache.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from clag.llm.client import LLMClient, UsageMeter
 from clag.memory.base import MemorySystem
 from clag.records.files import JsonlLog
 from clag.records.schema import EpisodeRecord, PredictionRow, StageUsage
+from clag.running.folder import RunFolder
 from clag.running.snapshots import find_snapshot, save_snapshot
 from clag.types import Context, Episode, Question
 
@@ -28,10 +30,22 @@ log = logging.getLogger(__name__)
 INGEST_CHUNK = 16
 
 
+def note_progress(path: Path, episode_id: str, items: int, of: int, config_hash: str) -> None:
+    """Append one line to the run folder's ``ingest_progress.jsonl``: ``items`` of ``of`` ingested so far.
+
+    Concurrent episodes append from their own threads; a line this short is
+    written by one ``write`` call in append mode, so lines never interleave.
+    """
+    line = {"episode_id": episode_id, "items": items, "of": of, "config_hash": config_hash, "at": time.time()}
+    with path.open("a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
 def prepare_memory(
     system: MemorySystem, episode: Episode, cfg: DictConfig, run_dir: Path, llm: LLMClient, config_hash: str
 ) -> EpisodeRecord | None:
-    """Load a matching memory snapshot if one exists, else ingest (and save one).
+    """Load a matching memory snapshot if one exists, else ingest (and save one), noting progress per chunk
+    in ``run_dir``'s ``ingest_progress.jsonl`` (``clag.running.status`` reads it).
 
     Returns:
         The ingestion record when ingestion ran now, else None.
@@ -50,6 +64,7 @@ def prepare_memory(
             chunk = items[offset : offset + INGEST_CHUNK]
             system.add_many(chunk)
             bar.update(len(chunk))
+            note_progress(RunFolder(run_dir).progress, episode.id, offset + len(chunk), len(items), config_hash)
             if not cfg.runner.progress:  # a background run's log says how far each episode got
                 log.info("episode %s: %d/%d items ingested", episode.id, offset + len(chunk), len(items))
     system.finish_ingestion()

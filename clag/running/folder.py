@@ -50,7 +50,10 @@ class RunFolder:
 
     Layout: ``run.json`` (config hash and schema version, written first),
     ``config.yaml`` (the resolved config), ``predictions.jsonl``,
-    ``episodes.jsonl``, ``memory/<episode>/`` and, last, ``metrics.json``.
+    ``episodes.jsonl``, ``memory/<episode>/`` and, last, ``metrics.json``;
+    ``ingest_progress.jsonl`` says how far each episode's ingestion has come
+    while it runs (an episode's ingestion is recorded in ``episodes.jsonl`` only
+    when it ends, hours later for an agentic memory on a CPU).
     """
 
     def __init__(self, path: Path) -> None:
@@ -60,6 +63,7 @@ class RunFolder:
         self.predictions = path / "predictions.jsonl"
         self.episodes = path / "episodes.jsonl"
         self.metrics = path / "metrics.json"
+        self.progress = path / "ingest_progress.jsonl"
 
     def is_finished(self, config_hash: str) -> bool:
         """Whether ``metrics.json`` exists and was written by a run of ``config_hash``."""

@@ -44,6 +44,7 @@ class RunStatus:
     episodes: int
     answered: int
     questions: int
+    items_ingested: int = 0  # items of the episodes still ingesting (their last ingest_progress.jsonl line)
 
     @property
     def state(self) -> str:
@@ -87,6 +88,16 @@ def run_status(overrides: Sequence[str]) -> RunStatus:
             {row.get(key) for row in read_jsonl(path) if row.get("config_hash", spec.config_hash) == spec.config_hash}
         )
 
+    def ingesting() -> int:
+        """Items ingested so far by the episodes not yet in ``episodes.jsonl`` (the latest line of each)."""
+        ended = {row.get("episode_id") for row in read_jsonl(folder.episodes)}
+        latest = {
+            row["episode_id"]: int(row["items"])
+            for row in read_jsonl(folder.progress)
+            if row.get("config_hash") == spec.config_hash and row.get("episode_id") not in ended
+        }
+        return sum(latest.values())
+
     return RunStatus(
         run_label(cfg),
         spec.run_dir,
@@ -96,6 +107,7 @@ def run_status(overrides: Sequence[str]) -> RunStatus:
         len(loaded),
         keys(folder.predictions, "question_id"),
         sum(len(episode.questions) for episode in loaded),
+        ingesting(),
     )
 
 
@@ -103,8 +115,10 @@ def report(statuses: Sequence[RunStatus]) -> str:
     """A Markdown table, one row per run, and a total line."""
     lines = ["| run | state | episodes ingested | questions answered | folder |", "|---|---|---|---|---|"]
     for s in statuses:
+        ingesting = f" (+{s.items_ingested} items of the others)" if s.items_ingested and not s.finished else ""
         lines.append(
-            f"| {s.label} | {s.state} | {s.episodes_done}/{s.episodes} | {s.answered}/{s.questions} | {s.folder} |"
+            f"| {s.label} | {s.state} | {s.episodes_done}/{s.episodes}{ingesting} | {s.answered}/{s.questions} "
+            f"| {s.folder} |"
         )
     finished = sum(s.finished for s in statuses)
     answered = sum(s.answered for s in statuses)
