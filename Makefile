@@ -37,6 +37,9 @@ REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experimen
 # The runs the committed tables and findings are rendered from: the first reference's, until the corrected
 # re-run has finished
 REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
+# The earlier runs the findings keep as their history (each run paired with its earlier counterpart): set to
+# $(REFERENCE)/runs/reference when the tables move to the corrected runs
+REFERENCE_PREVIOUS_RUNS ?=
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
 # The tested package set, as pip constraints; LOCK= installs from pyproject's ranges alone (e.g. beside a
@@ -119,7 +122,8 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
 	exit $$status
 	$(REFERENCE_TABLES)
-	$(PY) -m clag.tables.findings $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/findings.md
+	$(PY) -m clag.tables.findings $(REFERENCE_TABLE_RUNS) $(if $(REFERENCE_PREVIOUS_RUNS),--previous $(REFERENCE_PREVIOUS_RUNS)) \
+		--out $(REFERENCE)/findings.md
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
 	$(PY) -m clag.tables.growth $(REFERENCE)/runs/reference_growth --out $(REFERENCE)/growth.md

@@ -7,7 +7,16 @@ from pathlib import Path
 from run_folders import write_run
 
 from clag.records.runs import find_runs
-from clag.tables.findings import default_claims, evaluate, reach_table, render, telemetry_table, verdict
+from clag.tables.findings import (
+    default_claims,
+    evaluate,
+    history_table,
+    main,
+    reach_table,
+    render,
+    telemetry_table,
+    verdict,
+)
 
 CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "two_stage"}
 
@@ -68,3 +77,33 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     assert "| locomo | rag | 6 / 8 | " in text  # six of rag's eight category-4 answers are below F1 0.5 ...
     assert "| 6 (100%) |" in text  # ... and none of them had its evidence in the context (no retrieved ids)
     assert "models: qwen2.5-0.5b; computed with vllm bfloat16 on AMD EPYC" in text
+
+
+def test_history_pairs_each_run_with_its_earlier_counterpart(tmp_path: Path) -> None:
+    """A re-run against the first run: F1 over categories 1-4, temporal F1, date match, ISO answers, R@10."""
+
+    def rows(f1: float, iso: bool) -> list[dict]:
+        temporal = [
+            {"question_id": f"t{i}", "category": 2, "f1": f1, "r10": 0.5, "date_match": float(not iso),
+             "prediction": "2023-05-07" if iso and i < 3 else "7 May 2023"}
+            for i in range(12)
+        ]  # fmt: skip
+        other = [{"question_id": f"o{i}", "category": 4, "f1": 0.5, "r10": 0.5, "prediction": "x"} for i in range(12)]
+        return temporal + other
+
+    for exp, f1, iso in (("first", 0.0, True), ("again", 0.5, False)):
+        config = {"exp": exp, "method": {"name": "rag", "system": {}}, "dataset": {"name": "locomo"},
+                  "model": {"name": "qwen2.5-0.5b"}}  # fmt: skip
+        run = {"method": "rag", "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": exp}
+        write_run(tmp_path / exp / "rag", config, rows(f1, iso), {"run": run, "structure": {}})
+    table = history_table(find_runs(tmp_path / "again"), find_runs(tmp_path / "first"))
+    row = next(line for line in table.splitlines() if line.startswith("| locomo | rag |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[2] == "25.00 → 50.00"  # categories 1-4: half temporal (0 then 0.5), half 0.5
+    assert cells[3].startswith("+25.00 [") and cells[4].startswith("+50.00 [")  # temporal alone: +50
+    assert cells[5:7] == ["0.00 → 100.00", "3/12 → 0/12"] and cells[7].startswith("+0.00")
+    out = tmp_path / "findings.md"
+    assert main([str(tmp_path / "again"), "--previous", str(tmp_path / "first"), "--out", str(out)]) == 0
+    assert "## History: against the earlier runs under" in out.read_text() and "3/12 → 0/12" in out.read_text()
+    assert "## History" not in render(tmp_path / "again")
+    assert history_table(find_runs(tmp_path / "again"), []) == "(no run has an earlier counterpart)"

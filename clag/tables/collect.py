@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,13 +305,20 @@ def provenance_notes(runs: Iterable[RunRecord]) -> list[str]:
     return notes
 
 
-def report_main(argv: list[str] | None, prog: str, doc: str, render: Callable[[Path, Path | None], str]) -> int:
+def report_main(
+    argv: list[str] | None,
+    prog: str,
+    doc: str,
+    render: Callable[[Path, Path | None], str],
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> int:
     """The command line of a Markdown report over a runs folder: ``RUNS [--out FILE]``.
 
     ``render(runs, out)`` returns the Markdown (``out`` lets it write files beside it, e.g. a plot); it is
-    written to ``--out`` (its folder made), or printed.
+    written to ``--out`` (its folder made), or printed. ``parents`` hold a report's own options (parsed by the
+    report itself; listed here so that ``--help`` shows them and they are accepted).
     """
-    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0], parents=list(parents))
     parser.add_argument("runs", type=Path, help="a runs folder (e.g. results/reference/runs)")
     parser.add_argument("--out", type=Path, help="write the Markdown here instead of printing it")
     args = parser.parse_args(argv)

@@ -24,15 +24,22 @@ only as tables beside the paper's:
 * **failure attribution**: every wrong answer of every method's run sorted by
   where its evidence was lost (never stored, pruned by CLAG's pick, ranked
   out, or in the context and answered wrong), from ids alone
-  (:mod:`clag.metrics.attribution`), as a table and a stacked-bar plot.
+  (:mod:`clag.metrics.attribution`), as a table and a stacked-bar plot;
+* **history** (with ``--previous RUNS``): each run against the earlier run of
+  the same method, dataset and switches under ``RUNS``, paired over the same
+  questions, so that a re-run's findings keep the numbers they replace
+  (the corrected reference against the first one, issue 29).
 
     python -m clag.tables.findings results/reference/runs --out results/reference/findings.md
+    python -m clag.tables.findings results/reference/runs/reference_corrected \
+        --previous results/reference/runs/reference --out results/reference/findings.md
 
 With ``--out``, the attribution plot is written beside it (``<out>-attribution.png``).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -46,9 +53,11 @@ from clag.compare import paired_difference
 from clag.metrics.aggregate import JUDGE_KEYS, format_estimate
 from clag.metrics.attribution import CLASSES, attribution
 from clag.metrics.judge_calibration import allowed_metrics, find_report, judge_note
+from clag.metrics.scoring import category_number
 from clag.records.runs import RunRecord, find_runs
 from clag.tables import plots
 from clag.tables.collect import machines, matches, report_main, select_run
+from clag.tables.conventions import date_forms
 from clag.tables.specs import load_defaults
 
 BASELINES = ("rag", "amem", "gam", "memoryos", "full_context", "no_memory")
@@ -361,8 +370,55 @@ def _variant(run: RunRecord) -> str:
     return f"{p.get('routing')}, {p.get('evolution_scope')} evolution, {p.get('retrieval')} retrieval"
 
 
-def render(runs_dir: Path, plot: Path | None = None) -> str:
-    """The findings of the runs under ``runs_dir`` as Markdown; the attribution plot goes to ``plot``."""
+def _history_row(now: RunRecord, then: RunRecord) -> str:
+    """One history row: LoCoMo's categories 1-4 (else every question), its temporal questions, R@10."""
+    locomo = now.dataset == "locomo"
+    categories = (1, 2, 3, 4) if locomo else None
+
+    def change(metric: str, only: tuple[int, ...] | None) -> str:
+        return format_estimate(paired_difference(now.predictions, then.predictions, metric, only), signed=True)
+
+    def rows(run: RunRecord, only: tuple[int, ...] | None) -> list[dict[str, Any]]:
+        return [dict(r) for r in run.predictions if only is None or category_number(r.get("category")) in only]
+
+    def mean(run: RunRecord, metric: str, only: tuple[int, ...] | None) -> str:
+        values = [r[metric] for r in rows(run, only) if r.get(metric) is not None]
+        return f"{100 * float(np.mean(values)):.2f}" if values else "—"
+
+    def iso(run: RunRecord) -> str:
+        temporal = [str(r.get("prediction") or "") for r in rows(run, (2,))]
+        return f"{date_forms(temporal)[0]}/{len(temporal)}"
+
+    cells = [f"{mean(then, 'f1', categories)} → {mean(now, 'f1', categories)}", change("f1", categories)]
+    if locomo:
+        cells += [change("f1", (2,)), f"{mean(then, 'date_match', (2,))} → {mean(now, 'date_match', (2,))}",
+                  f"{iso(then)} → {iso(now)}"]  # fmt: skip
+    else:
+        cells += ["—", "—", "—"]
+    cells.append(change("r10", None))
+    variant = f" ({_variant(now)})" if now.method == "clag" else ""
+    return f"| {now.dataset} | {now.method}{variant} | " + " | ".join(cells) + " |"
+
+
+def history_table(runs: list[RunRecord], previous: list[RunRecord]) -> str:
+    """Each run against the previous run of the same method, dataset and switches (see the module docstring)."""
+    rows = []
+    for now in sorted(runs, key=lambda r: (r.dataset, r.method, _variant(r))):
+        then = _run(previous, now.method, now.dataset, now.params)
+        if then is not None:
+            rows.append(_history_row(now, then))
+    if not rows:
+        return "(no run has an earlier counterpart)"
+    header = (
+        "| dataset | method | F1 then → now | F1 now − then | temporal F1 now − then | date match then → now "
+        "| ISO temporal answers then → now | R@10 now − then |"
+    )
+    return "\n".join([header, "|---|---|---|---|---|---|---|---|", *rows])
+
+
+def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = None) -> str:
+    """The findings of the runs under ``runs_dir`` as Markdown; the attribution plot goes to ``plot``; with
+    ``previous``, a history section compares each run with its earlier counterpart there."""
     runs = find_runs(runs_dir)
     clag_default = load_defaults().clag_default
     calibration = find_report(runs_dir)
@@ -397,15 +453,30 @@ def render(runs_dir: Path, plot: Path | None = None) -> str:
             " none / part of it in the context; all of it in the context (clag/metrics/attribution.py; the idea is"
             " MemBase's error attribution, which asks an LLM instead).",
             attribution_table(attributed) + (f"\n\n![attribution]({figure.name})" if figure else ""),
+            *(
+                [
+                    f"## History: against the earlier runs under {previous}",
+                    "Each run against the earlier run of the same method, dataset and switches, paired over the same"
+                    " questions (percentage points, 95% intervals; LoCoMo's F1 over categories 1-4, temporal ="
+                    " category 2; ISO = answers holding `YYYY-MM-DD`). The tables above are this run's alone.",
+                    history_table(runs, find_runs(previous)),
+                ]
+                if previous
+                else []
+            ),
         ]
     ) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    def with_plot(runs: Path, out: Path | None) -> str:
-        return render(runs, out.with_name(f"{out.stem}-attribution.png") if out else None)
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--previous", type=Path, help="earlier runs to compare each run with (a history section)")
+    previous = options.parse_known_args(argv)[0].previous
 
-    return report_main(argv, "python -m clag.tables.findings", __doc__, with_plot)
+    def with_plot(runs: Path, out: Path | None) -> str:
+        return render(runs, out.with_name(f"{out.stem}-attribution.png") if out else None, previous)
+
+    return report_main(argv, "python -m clag.tables.findings", __doc__, with_plot, parents=[options])
 
 
 if __name__ == "__main__":
