@@ -22,11 +22,13 @@ GROWTH_GRIDS := "experiment=reference_growth limit.items=150" "experiment=refere
 # Its sweeps, in order (results do not depend on it). The first reference (finished 2026-12-02: CLAG and
 # its two closest baselines first, then the other runs, then the ablations) and the calling-convention
 # experiment (results/reference/conventions/) replay from the committed calls. Then the reference under
-# the corrected conventions (issue 29): LoCoMo's RAG, A-mem and CLAG first, the verdict's core; then CLAG
-# and A-mem with the authors' code settings; then the other corrected runs and ablations
+# the corrected conventions (issue 29): LoCoMo's RAG, A-mem and CLAG first, the verdict's core; then memory
+# growth (the paper's central claim, and its first 150 turns are the core's); then the other corrected runs;
+# then CLAG and A-mem with the authors' code settings (the costliest grid: sampled, 1000-token budgets on
+# every call, no retry); then the ablations and sensitivity sweeps
 REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations \
 	experiment=reference_conventions "experiment=reference_corrected dataset=locomo method=rag,amem,clag" \
-	experiment=reference_authors_code $(GROWTH_GRIDS) experiment=reference_corrected \
+	$(GROWTH_GRIDS) experiment=reference_corrected experiment=reference_authors_code \
 	experiment=reference_corrected_ablations experiment=reference_table9 experiment=reference_table10
 # (then Table 6 on the larger stand-in, experiment=reference_table6, on its own server)
 # Its grids, as `make reference-status` and `make reference-replay` walk them
