@@ -8,13 +8,17 @@ from pathlib import Path
 from clag.config import compose_config
 from clag.running.episode import note_progress
 from clag.running.spec import RunSpec
-from clag.running.status import grid, main, report, run_status
+from clag.running.status import grid, main, report, run_status, swept
 
 
 def test_the_grid_is_the_sweepers_params_overridden_by_the_command_line() -> None:
     runs = grid(["experiment=reference", "method=rag,clag"])
     assert len(runs) == 2 * 2  # the command line's two methods x the experiment's two datasets
     assert {r for run in runs for r in run if r.startswith("method=")} == {"method=rag", "method=clag"}
+    assert swept(runs) == {"method", "dataset"}
+    table9 = grid(["experiment=reference_table9"])
+    assert swept(table9) == {"method.system.n_init"}
+    assert run_status(table9[0], tuple(swept(table9))).label == "clag / bioasq / n_init=5"  # the swept value named
     ablations = grid(["experiment=reference_ablations"])
     assert sorted(r for run in ablations for r in run if r.startswith("+variant=")) == [
         "+variant=global_evolution", "+variant=global_retrieval", "+variant=routing_cosine", "+variant=routing_kmeans"

@@ -76,8 +76,19 @@ def run_label(cfg: DictConfig) -> str:
     return f"{cfg.method.name} / {cfg.dataset.name}" + (f" / {variant}" if variant else "")
 
 
-def run_status(overrides: Sequence[str]) -> RunStatus:
-    """How far the folder of the run ``overrides`` compose to has come."""
+def swept(runs: Sequence[Sequence[str]]) -> set[str]:
+    """The keys whose value differs between the grid's runs (``method``, ``n_init``, ...)."""
+    values: dict[str, set[str]] = {}
+    for run in runs:
+        for override in run:
+            key, _, value = override.partition("=")
+            values.setdefault(key, set()).add(value)
+    return {key for key, seen in values.items() if len(seen) > 1}
+
+
+def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus:
+    """How far the folder of the run ``overrides`` compose to has come; its label names the method, the
+    dataset and the values of the keys in ``shown`` (those the grid sweeps), where the label lacks them."""
     spec = RunSpec.from_config(compose_config(overrides))
     cfg, folder = spec.cfg, RunFolder(spec.run_dir)
     loaded = load_slice(cfg)
@@ -98,8 +109,10 @@ def run_status(overrides: Sequence[str]) -> RunStatus:
         }
         return sum(latest.values())
 
+    label = run_label(cfg)
+    extra = [o for o in overrides if o.partition("=")[0] in shown and o.partition("=")[2] not in label]
     return RunStatus(
-        run_label(cfg),
+        label + "".join(f" / {o.lstrip('+').rpartition('.')[2]}" for o in extra),
         spec.run_dir,
         folder.marker.is_file(),
         folder.is_finished(spec.config_hash),
@@ -132,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="+", help="the sweep's overrides, as given to python -m clag.run -m")
     args = parser.parse_args(argv)
     try:
-        statuses = [run_status(run) for run in grid(args.overrides)]
+        runs = grid(args.overrides)
+        statuses = [run_status(run, tuple(swept(runs))) for run in runs]
     except DatasetError as err:  # no data folder, a missing or damaged file: one line, as the runner says it
         print(f"error: {err}", file=sys.stderr)
         return 2
