@@ -251,6 +251,9 @@ def judge_rows(
             row["judge"] = {}
             eligible.append(index)
     dates = {i: date_match(str(out[i].get("prediction") or ""), _gold(out[i]))[1] for i in eligible}
+    for i, status in dates.items():
+        if status != GOLD_NOT_A_DATE:
+            out[i]["judge"]["date"] = status
     counts = {}
     for name in settings.prompts:
         prompts = [
@@ -275,8 +278,6 @@ def judge_rows(
             out[i]["judge"][name] = record
             out[i][f"j_{name}"] = None if verdict == UNCLEAR else float(verdict == CORRECT)
             out[i][f"j_{name}{DATED}"] = date_vetoed(out[i][f"j_{name}"], dates[i])
-            if dates[i] != GOLD_NOT_A_DATE:
-                out[i]["judge"]["date"] = dates[i]
         counts[name] = {
             "judged": len(eligible),
             "correct": tally[CORRECT],
