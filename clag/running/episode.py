@@ -59,12 +59,13 @@ def prepare_memory(
     before = llm.usage.snapshot()
     start = time.perf_counter()
     items = episode.items
+    progress = RunFolder(run_dir).progress
     with tqdm(total=len(items), desc=f"ingest {episode.id}", disable=not cfg.runner.progress, leave=False) as bar:
         for offset in range(0, len(items), INGEST_CHUNK):
             chunk = items[offset : offset + INGEST_CHUNK]
             system.add_many(chunk)
             bar.update(len(chunk))
-            note_progress(RunFolder(run_dir).progress, episode.id, offset + len(chunk), len(items), config_hash)
+            note_progress(progress, episode.id, offset + len(chunk), len(items), config_hash)
             if not cfg.runner.progress:  # a background run's log says how far each episode got
                 log.info("episode %s: %d/%d items ingested", episode.id, offset + len(chunk), len(items))
     system.finish_ingestion()

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
@@ -93,21 +94,17 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
     cfg, folder = spec.cfg, RunFolder(spec.run_dir)
     loaded = load_slice(cfg)
 
-    def keys(path: Path, key: str) -> int:
+    def keys(path: Path, key: str) -> set[Any]:
         """Distinct keys of this config's rows (a replayed episode writes its row again)."""
-        return len(
-            {row.get(key) for row in read_jsonl(path) if row.get("config_hash", spec.config_hash) == spec.config_hash}
-        )
+        own = spec.config_hash
+        return {row.get(key) for row in read_jsonl(path) if row.get("config_hash", own) == own}
 
-    def ingesting() -> int:
-        """Items ingested so far by the episodes not yet in ``episodes.jsonl`` (the latest line of each)."""
-        ended = {row.get("episode_id") for row in read_jsonl(folder.episodes)}
-        latest = {
-            row["episode_id"]: int(row["items"])
-            for row in read_jsonl(folder.progress)
-            if row.get("config_hash") == spec.config_hash and row.get("episode_id") not in ended
-        }
-        return sum(latest.values())
+    ended = keys(folder.episodes, "episode_id")
+    ingesting = {  # the latest progress line of each episode not yet in episodes.jsonl
+        row["episode_id"]: int(row["items"])
+        for row in read_jsonl(folder.progress)
+        if row.get("config_hash") == spec.config_hash and row.get("episode_id") not in ended
+    }
 
     label = run_label(cfg)
     extra = [o for o in overrides if o.partition("=")[0] in shown and o.partition("=")[2] not in label]
@@ -116,11 +113,11 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
         spec.run_dir,
         folder.marker.is_file(),
         folder.is_finished(spec.config_hash),
-        keys(folder.episodes, "episode_id"),
+        len(ended),
         len(loaded),
-        keys(folder.predictions, "question_id"),
+        len(keys(folder.predictions, "question_id")),
         sum(len(episode.questions) for episode in loaded),
-        ingesting(),
+        sum(ingesting.values()),
     )
 
 
