@@ -13,6 +13,7 @@ from test_tables import write_run
 
 from clag.compare import compare_runs, load_run, main, paired_difference
 from clag.metrics import MetricSettings, aggregate_rows, paired_bootstrap
+from clag.metrics.temporal import GOLD_NOT_A_DATE, date_match
 from clag.records.runs import find_runs
 from clag.tables.paper import load_paper_table
 from clag.tables.render import compare_frame, render_all
@@ -152,7 +153,12 @@ def test_the_judge_runs_at_the_end_of_a_run(real_runs):
         clear = count["correct"] + count["wrong"]
         assert run.metrics["overall"].get(f"j_{prompt}", {}).get("n", 0) == clear
         assert run.metrics["overall_sets"]["1-4"].get(f"j_{prompt}", {}).get("n", 0) == clear
-    assert all(set(row["judge"]) == {"lenient", "strict"} for row in run.predictions)
+    for row in run.predictions:
+        # Each prompt's verdict, and the date comparison exactly where the gold names a date.
+        gold = str(row.get("answer", row.get("reference")) or "")
+        gold_dated = date_match(str(row["prediction"] or ""), gold)[1] != GOLD_NOT_A_DATE
+        assert set(row["judge"]) == {"lenient", "strict"} | ({"date"} if gold_dated else set())
+        assert all(f"j_{prompt}_dated" in row for prompt in ("lenient", "strict"))
 
 
 @pytest.mark.model
