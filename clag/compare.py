@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from clag.metrics import paired_bootstrap
+from clag.metrics import ANSWER_KEYS, paired_bootstrap
 from clag.metrics.aggregate import CATEGORY_SETS, JUDGE_KEYS, MIN_INTERVAL_N, SUMMARY_KEYS, format_estimate
 from clag.metrics.scoring import category_label, category_number
 from clag.records.runs import RunRecord, find_runs
@@ -48,7 +48,8 @@ def paired_difference(
     without a value (an unclear judge verdict, a skipped category) is left
     out of the pair. ``adversarial="official"`` scores LoCoMo's category 5 as
     LoCoMo does (``adversarial_official``: 1 for an abstention, else 0) in
-    place of ``metric``, as ``metrics.adversarial_mode=official`` would.
+    place of an answer metric, as ``metrics.adversarial_mode=official`` would;
+    J skips category 5 under either scoring, so it never takes that value.
 
     Returns:
         :func:`paired_bootstrap`'s dict plus ``wins_a``, ``wins_b``, ``ties``
@@ -57,7 +58,7 @@ def paired_difference(
     wanted = set(categories) if categories is not None else None
 
     def value(row: Mapping[str, Any]) -> Any:
-        if adversarial == "official" and row.get("adversarial_official") is not None:
+        if adversarial == "official" and metric in ANSWER_KEYS and row.get("adversarial_official") is not None:
             return row["adversarial_official"]
         return row.get(metric)
 

@@ -45,6 +45,19 @@ def test_paired_difference_matches_questions_and_counts_wins():
     assert paired_difference(rows([1.0]), [], "f1") is None
 
 
+def test_official_category_5_scoring_replaces_answer_metrics_but_never_j():
+    a, b = rows([0.2, 0.3], [4, 5]), rows([0.1, 0.9], [4, 5])
+    a[1]["adversarial_official"], b[1]["adversarial_official"] = 1.0, 0.0  # A abstains on the trap, B does not
+    f1 = paired_difference(a, b, "f1", samples=200, adversarial="official")
+    assert f1["n"] == 2 and f1["mean_diff"] == pytest.approx((0.1 + 1.0) / 2)
+    # Unjudged runs have no J on any question, category 5's abstention included: nothing to pair.
+    assert paired_difference(a, b, "j_strict_dated", samples=200, adversarial="official") is None
+    # Judged runs: J skips category 5 (None there), so it pairs categories 1-4 under either scoring.
+    a[0]["j_strict_dated"], b[0]["j_strict_dated"] = 1.0, 0.0
+    j = paired_difference(a, b, "j_strict_dated", samples=200, adversarial="official")
+    assert j["n"] == 1 and j["mean_diff"] == 1.0
+
+
 def test_locomo_overall_over_categories_1_4_and_1_5_apart():
     scored = rows([1.0, 0.0, 1.0, 0.0, 1.0], [1, 2, 4, 5, 5])
     metrics = aggregate_rows(scored, MetricSettings(bootstrap_samples=50), dataset="locomo")

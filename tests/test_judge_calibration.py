@@ -143,7 +143,8 @@ def test_j_is_let_through_only_for_the_prompts_the_calibration_passes(tmp_path):
     path, found = cal.find_report(runs)
     assert path.parent.parent == tmp_path / "reference" and found == report  # the nearest folder above the runs
     assert cal.allowed_metrics(metrics, found) == ["f1", "bleu1", "j_strict"]
-    assert "lets through j_strict" in cal.judge_note(cal.find_report(runs))
+    assert "lets through j_strict." in cal.judge_note(cal.find_report(runs))
+    assert "no run here is judged yet" in cal.judge_note(cal.find_report(runs), judged=False)
 
 
 def test_the_sampled_subset_keeps_its_items_when_kinds_are_added():

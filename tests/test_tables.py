@@ -185,6 +185,22 @@ def test_every_table_is_written_in_three_formats(rendered: Path) -> None:
     assert {p.name for p in rendered.glob("fig_*.png")} >= {"fig_answer_quality.png", "fig_clusters_vs_tau.png"}
 
 
+def test_j_columns_appear_once_a_passing_prompt_has_judged_a_run(tmp_path: Path) -> None:
+    runs = write_demo_runs(tmp_path / "runs")
+    report = {"judge": {"label": "small judge"}, "prompts": {"strict_dated": {"passes": True}}}
+    (tmp_path / "judge_calibration").mkdir()
+    (tmp_path / "judge_calibration" / "calibration.json").write_text(json.dumps(report))
+    render_all(runs, tmp_path / "unjudged", judge=None, numbers=[1])
+    assert "J (strict, date veto)" not in (tmp_path / "unjudged" / "table01.md").read_text()
+    clag = next(runs.glob("demo/locomo/clag/*/*/metrics.json"))
+    metrics = json.loads(clag.read_text())
+    metrics["overall"]["j_strict_dated"] = _summary(0.6, 0.5, 0.7)
+    clag.write_text(json.dumps(metrics))
+    render_all(runs, tmp_path / "judged", judge=None, numbers=[1])
+    table = (tmp_path / "judged" / "table01.md").read_text()
+    assert "J (strict, date veto)" in table and "J (lenient" not in table  # only the prompt that passes
+
+
 def test_cell_shows_paper_ours_diff_and_interval(rendered: Path) -> None:
     md = (rendered / "table01.md").read_text()
     clag = next(line for line in md.splitlines() if line.startswith("| CLAG |"))

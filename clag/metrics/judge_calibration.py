@@ -287,11 +287,13 @@ def allowed_metrics(metrics: Sequence[str], report: Mapping[str, Any] | None) ->
     return [m for m in metrics if not m.startswith("j_") or m.removeprefix("j_") in passing]
 
 
-def judge_note(found: tuple[Path, dict[str, Any]] | None) -> str:
-    """One sentence for a report: which calibration (:func:`find_report`'s) governs J and what it let through."""
+def judge_note(found: tuple[Path, dict[str, Any]] | None, judged: bool = True) -> str:
+    """One sentence for a report: which calibration (:func:`find_report`'s) governs J and what it let through;
+    ``judged=False`` adds that the report's runs carry no J yet (so its J columns are absent, not lost)."""
     if found is None:
         return "J (LLM-judge accuracy) is left out: no judge calibration governs these runs."
     path, report = found
     passing = sorted(passing_prompts(report))
     shown = ", ".join(f"j_{name}" for name in passing) if passing else "no J"
-    return f"J: {report['judge']['label']}, calibrated in {path}; the rule lets through {shown}."
+    unjudged = " (no run here is judged yet: `python -m clag.judge RUN_DIR...`)" if passing and not judged else ""
+    return f"J: {report['judge']['label']}, calibrated in {path}; the rule lets through {shown}{unjudged}."

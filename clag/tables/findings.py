@@ -149,7 +149,7 @@ def verdict(result: dict[str, Any] | None) -> str:
 
 
 def claims_table(findings: Sequence[Finding]) -> str:
-    metrics = sorted({m for f in findings for m in f.per_metric}, key=METRICS.index)
+    metrics = sorted({m for f in findings for m, result in f.per_metric.items() if result}, key=METRICS.index)
     header = "| claim (A vs B) | dataset | paper | n | " + " | ".join(f"{m}: A - B [95% CI], verdict" for m in metrics)
     lines = [header + " |", "|" + "---|" * (4 + len(metrics))]
     for finding in findings:
@@ -436,7 +436,7 @@ def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = Non
             f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed with {machines(runs) or '—'}.",
             "## Claims: A - B over the same questions (percentage points; paired bootstrap, 10,000 resamples)",
             "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0. "
-            + judge_note(calibration),
+            + judge_note(calibration, judged=any(f.per_metric.get(m) for f in findings for m in JUDGE_KEYS)),
             claims_table(findings) if findings else "(no pair of runs to compare yet)",
             "## LoCoMo's category 5 apart, scored both ways",
             "The paper scores category 5 with F1 against the adversarial answer, which rewards repeating the trap;"

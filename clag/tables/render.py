@@ -409,12 +409,13 @@ def render_all(
 
     A table's J columns (``j_lenient``, ``j_strict`` and their ``_dated`` variants) are shown only for the
     judge prompts that the judge calibration governing ``runs_dir`` lets through
-    (:mod:`clag.metrics.judge_calibration`).
+    (:mod:`clag.metrics.judge_calibration`), and only once some run carries them (``python -m clag.judge``).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = find_runs(runs_dir)
     defaults = defaults or load_defaults(spec_dir)
     calibration = find_report(runs_dir)
+    judged = {key for run in runs for key in JUDGE_KEYS if key in (run.metrics.get("overall") or {})}
     log.info("%d finished runs under %s", len(runs), runs_dir)
     wanted = set(numbers or range(1, 17))
     rendered, frames = [], {}
@@ -422,8 +423,9 @@ def render_all(
         if number in wanted:
             spec = load_spec(number, spec_dir)
             named = [m for m in spec.metrics if m]
-            metrics = allowed_metrics(named, calibration and calibration[1])
-            if metrics != named:  # J left out: no calibration lets it through
+            allowed = allowed_metrics(named, calibration and calibration[1])
+            metrics = [m for m in allowed if m not in JUDGE_KEYS or m in judged]
+            if metrics != named:  # J left out: no calibration lets it through, or no run is judged
                 spec = replace(spec, metrics=metrics or [None])
             if dataset := (run_datasets or {}).get(number):
                 spec = replace(
