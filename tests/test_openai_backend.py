@@ -24,7 +24,10 @@ class ScriptedServer:
     The reply to a prompt is ``reply:<prompt>``; a prompt starting with
     ``slow`` is answered late, so that out-of-order completion shows up.
     ``fail_first`` requests get HTTP 503 before the server recovers; a prompt
-    starting with ``refuse`` always gets HTTP 400.
+    starting with ``refuse`` always gets HTTP 400. A request asking to ``stream`` is
+    answered as vLLM streams: server-sent events of a few characters each, then
+    the usage; ``drip`` prompts come 0.15 s a chunk, and a ``cut`` prompt's first
+    reply breaks off with an error event.
     """
 
     def __init__(self, fail_first: int = 0, status: int = 503) -> None:
@@ -71,9 +74,35 @@ class ScriptedServer:
                     self._send(400 if prompt.startswith("refuse") else server.status, {"error": "warming up"})
                     return
                 text = f"reply:{prompt}"
+                if body.get("stream"):
+                    self._stream(body, prompt, text)
+                    return
                 choice = {"message": {"role": "assistant", "content": text}} if "messages" in body else {"text": text}
                 usage = {"prompt_tokens": len(prompt), "completion_tokens": len(text), "total_tokens": 0}
                 self._send(200, {"choices": [{"index": 0, **choice, "finish_reason": "stop"}], "usage": usage})
+
+            def _stream(self, body: dict, prompt: str, text: str) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                chat = "messages" in body
+                pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
+                cut = prompt.startswith("cut") and sum(r["body"].get("prompt") == prompt for r in server.requests) == 1
+                for index, piece in enumerate(pieces):
+                    if cut and index == 2:
+                        self._event({"error": {"message": "engine restarted", "code": 500}})
+                        return
+                    last = index == len(pieces) - 1
+                    choice = {"delta": {"content": piece}} if chat else {"text": piece}
+                    self._event({"choices": [{"index": 0, **choice, "finish_reason": "stop" if last else None}]})
+                    time.sleep(0.15 if prompt.startswith("drip") else 0)
+                usage = {"prompt_tokens": len(prompt), "completion_tokens": len(text), "total_tokens": 0}
+                self._event({"choices": [], "usage": usage})
+                self.wfile.write(b"data: [DONE]\n\n")
+
+            def _event(self, payload: dict) -> None:
+                self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+                self.wfile.flush()
 
             def _send(self, status: int, payload: dict) -> None:
                 data = json.dumps(payload).encode()
@@ -153,6 +182,30 @@ def test_defaults_send_no_optional_fields(server: ScriptedServer) -> None:
     backend(server.url).generate(["q"], GenerationConfig())
     body = server.requests[0]["body"]
     assert not {"seed", "repetition_penalty", "response_format"} & body.keys()
+
+
+def test_a_streamed_reply_is_the_unstreamed_one_and_only_silence_times_out(server: ScriptedServer) -> None:
+    prompts = ["slow first", "second", "a reply long enough to come in many chunks"]
+    whole = backend(server.url).generate(prompts, GenerationConfig())
+    for prompt_format in ("chat", "raw"):
+        streamed = backend(server.url, stream=True, prompt_format=prompt_format).generate(prompts, GenerationConfig())
+        assert streamed == whole
+    assert server.requests[-1]["body"]["stream"] is True
+    assert server.requests[-1]["body"]["stream_options"] == {"include_usage": True}
+    # 0.15 s between chunks, ~2 s in all: a 0.5 s timeout bounds the silence, not the reply.
+    [dripped] = backend(server.url, stream=True, timeout_s=0.5).generate(["drip" * 10], GenerationConfig())
+    assert dripped.text == "reply:" + "drip" * 10
+    # A reply broken off by an error event is sent again, like a 5xx.
+    [cut] = backend(server.url, stream=True, prompt_format="raw").generate(["cut short"], GenerationConfig())
+    assert cut.text == "reply:cut short"
+    assert sum(r["body"].get("prompt") == "cut short" for r in server.requests) == 2
+
+
+def test_a_streamed_reply_without_usage_is_one_clear_error(server: ScriptedServer) -> None:
+    made = backend(server.url, stream=True)
+    events = [b'data: {"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}]}\n', b"data: [DONE]\n"]
+    with pytest.raises(ServerError, match="without its usage chunk"):
+        made._assemble(events)
 
 
 def test_think_blocks_are_stripped(server: ScriptedServer) -> None:

@@ -9,6 +9,12 @@ dmis-lab/CLAG ``CLAG_memory.py``). A JSON schema travels as OpenAI's
 ``response_format: {"type": "json_schema", ...}``, which vLLM, SGLang and
 llama.cpp's server turn into guided decoding.
 
+With ``stream`` the reply comes as server-sent events and is assembled here,
+so that ``timeout_s`` bounds the silence between tokens rather than the whole
+reply: a busy CPU server with dozens of streams can take longer than any fixed
+timeout over one 1000-token reply, and a timed-out request is thrown away and
+sent again from the start. The assembled reply is the same text and usage.
+
 The API key is read from the environment at request time and never kept in
 ``identity()``, a log line or an error message.
 
@@ -23,6 +29,7 @@ from the cache needs no server).
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -37,6 +44,10 @@ from clag.llm.base import Completion, GenerationConfig, check_prompt_format
 from clag.llm.json_parse import strip_think
 
 log = logging.getLogger(__name__)
+
+
+class StreamError(RuntimeError):
+    """A streamed reply that the server broke off with an error event (retried like a 5xx)."""
 
 
 class ServerError(RuntimeError):
@@ -73,7 +84,10 @@ class OpenAICompatibleBackend:
             (local servers usually need none).
         prompt_format: ``chat`` or ``raw`` (see the module docstring).
         max_concurrency: Requests in flight at once.
-        timeout_s: Per-request timeout.
+        timeout_s: Per-request timeout; with ``stream``, the longest silence allowed between two
+            chunks of a reply (a stalled server), not the time the whole reply takes.
+        stream: Ask for the reply as server-sent events with a final usage chunk (vLLM, SGLang).
+            It changes no answer, so it is no part of the identity (nor of a run's hash).
         extra_body: Fields merged into every request (e.g. vLLM's
             ``chat_template_kwargs: {enable_thinking: false}``); part of the
             identity, so never put secrets here.
@@ -100,6 +114,7 @@ class OpenAICompatibleBackend:
         timeout_s: float = 120,
         extra_body: dict | None = None,
         disable_any_whitespace: bool = False,
+        stream: bool = False,
     ) -> None:
         check_prompt_format(prompt_format)
         self.base_url = base_url
@@ -113,6 +128,7 @@ class OpenAICompatibleBackend:
         self.timeout_s = timeout_s
         self.extra_body = dict(extra_body or {})
         self.disable_any_whitespace = disable_any_whitespace
+        self.stream = stream
         self._root: str | None = None
         self._identity: dict[str, Any] | None = None
 
@@ -227,6 +243,8 @@ class OpenAICompatibleBackend:
                 "type": "json_schema",
                 "json_schema": {"name": "response", "schema": config.json_schema, "strict": True},
             }
+        if self.stream:
+            body.update(stream=True, stream_options={"include_usage": True})
         return {**body, **self.extra_body}
 
     def _complete(self, prompt: str, config: GenerationConfig) -> Completion:
@@ -241,6 +259,30 @@ class OpenAICompatibleBackend:
             strip_think(text or ""), int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
         )
 
+    def _assemble(self, events: Any) -> dict[str, Any]:
+        """One reply in the non-streamed shape from the server-sent events of a streamed one."""
+        key = "content" if self.prompt_format == "chat" else "text"
+        pieces: list[str] = []
+        usage: dict[str, Any] | None = None
+        finish = None
+        for raw in events:
+            line = raw.decode("utf-8").strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data:"))
+            if "error" in chunk:
+                raise StreamError(f"error mid-reply: {json.dumps(chunk['error'])[:300]}")
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices") or []:
+                part = (choice.get("delta") or {}).get(key) if key == "content" else choice.get(key)
+                pieces.append(part or "")
+                finish = choice.get("finish_reason") or finish
+        if usage is None:
+            raise ServerError(f"{self.url} streamed a reply without its usage chunk: set stream=false for it")
+        text = "".join(pieces)
+        choice = {"message": {"role": "assistant", "content": text}} if key == "content" else {"text": text}
+        return {"choices": [{"index": 0, **choice, "finish_reason": finish}], "usage": usage}
+
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST with retries on connection errors, 429 and 5xx; other errors raise at once."""
         headers = {"Content-Type": "application/json"}
@@ -254,16 +296,18 @@ class OpenAICompatibleBackend:
             request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read())
+                    return self._assemble(response) if body.get("stream") else json.loads(response.read())
             except urllib.error.HTTPError as err:
                 detail = err.read()[:300].decode("utf-8", "replace")
                 if err.code != 429 and err.code < 500:
                     raise ServerError(f"{self.url} answered HTTP {err.code}: {detail}") from err
                 problem = f"HTTP {err.code}: {detail}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-                problem = str(getattr(err, "reason", err))
+            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
+                problem = str(getattr(err, "reason", err)) or type(err).__name__  # a reply cut off mid-stream too
             except json.JSONDecodeError as err:
                 raise ServerError(f"{self.url} answered with invalid JSON: {err}") from err
+            except StreamError as err:  # the server gave up mid-reply (e.g. an engine restart): send it again
+                problem = str(err)
             log.warning(
                 "request to %s failed (%s); attempt %d of %d", self.url, problem, attempt + 1, 1 + self.max_retries
             )

@@ -29,6 +29,7 @@ UNHASHED = (
     "runner.on_config_mismatch",
     "cache",
     "hydra",
+    "model.backend.stream",  # how a reply travels (streamed or whole), not what it says
     "model.serve",  # how clag.llm.serve launches the server (KV-cache size, cores); the served
     # identity (name, weights hash, dtype) is in model.backend, and a prompt the server cannot
     # take fails loudly rather than changing an answer
