@@ -24,6 +24,7 @@ traceback as well.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -118,6 +119,31 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+_LAUNCHER_WATCH: list[threading.Thread] = []  # the one watcher of a sweep's worker process, once started
+
+
+def _stop_with_the_launcher(poll_s: float = 2.0) -> None:
+    """In a sweep's worker process, stop the job as SIGTERM does once the sweep's own process is gone.
+
+    A parent that ends on SIGTERM or Ctrl-C leaves through ``os._exit`` (see :func:`report_run`), which
+    skips the joblib launcher's shutdown: its workers went on alone, still calling the server and holding
+    their run folders (seen 2026-12-05, four jobs for 25 minutes). Loky gives a worker no sentinel on its
+    parent, so a daemon thread polls the parent's pid. Outside a worker (a single run) it does nothing.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None or _LAUNCHER_WATCH:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent.pid:
+            time.sleep(poll_s)
+        log.warning("the sweep's process %s is gone: stopping this job as SIGTERM would", parent.pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    _LAUNCHER_WATCH.append(threading.Thread(target=watch, daemon=True, name="launcher-watch"))
+    _LAUNCHER_WATCH[0].start()
+
+
 def report_run(cfg: DictConfig) -> Path:
     """:func:`run_config` as the command line runs it: bad input and interrupts end in one line and an exit code.
 
@@ -125,6 +151,7 @@ def report_run(cfg: DictConfig) -> Path:
         SystemExit: 2 for bad input, 130 for Ctrl-C, 143 for SIGTERM, after
             logging the one line; any other error is a bug and keeps its traceback.
     """
+    _stop_with_the_launcher()
     try:
         with _sigterm_interrupts():
             return run_config(cfg)

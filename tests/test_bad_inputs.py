@@ -9,8 +9,10 @@ real LoCoMo turns with the real embedder, at the cost of a few HTTP calls.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -273,3 +275,56 @@ def test_an_interrupt_stops_concurrent_episodes_at_once(tmp_path) -> None:
     assert process.returncode == 130 and "Traceback" not in stderr
     errors = [line for line in stderr.splitlines() if "[ERROR]" in line]
     assert len(errors) == 1 and "interrupt: run stopped;" in errors[0]
+
+
+# A sweep's parent that leaves through os._exit (as report_run does with episodes in flight), running two
+# jobs in joblib's loky workers (Hydra's joblib launcher); each job starts the launcher watch and waits.
+SWEEP_PARENT = """
+import os, signal, sys, time
+from pathlib import Path
+from joblib import Parallel, delayed
+
+def job(folder, index):
+    from clag.run import _stop_with_the_launcher
+    _stop_with_the_launcher(poll_s=0.1)
+    (Path(folder) / f"worker{index}").write_text(str(os.getpid()))
+    time.sleep(120)
+
+signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+Parallel(n_jobs=2, backend="loky")(delayed(job)(sys.argv[1], i) for i in range(2))
+"""
+
+
+def test_a_killed_sweep_leaves_no_job_running_on_its_own(tmp_path) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", SWEEP_PARENT, str(tmp_path)], cwd=ROOT)
+    files = [tmp_path / "worker0", tmp_path / "worker1"]
+    workers: list[int] = []
+    try:
+        for _ in range(600):
+            if all(f.exists() and f.read_text() for f in files):
+                break
+            parent.poll()
+            assert parent.returncode is None, "the sweep ended before its jobs started"
+            threading.Event().wait(0.1)
+        workers = [int(f.read_text()) for f in files]
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(30)
+        alive = set(workers)
+        for _ in range(300):  # a job stops within a poll of its parent's end; wait generously, then fail
+            alive = {pid for pid in alive if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)}
+            if not alive:
+                break
+            threading.Event().wait(0.1)
+        assert not alive, f"jobs {sorted(alive)} went on after their sweep was killed"
+    finally:
+        parent.kill()
+        for pid in workers:  # on a failure, leave no orphan behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+    except OSError:
+        return "Z"
