@@ -83,9 +83,17 @@ class FakeServer:
                 fake.prompts.append(prompt)
                 field = "keywords" if '"keywords"' in prompt else "answer"
                 text = json.dumps({field: "Caroline, support group" if field == "keywords" else "a support group"})
-                payload = json.dumps(
-                    {"choices": [{"message": {"content": text}, "text": text}], "usage": {"prompt_tokens": 5}}
-                ).encode()
+                choice = {"message": {"content": text}, "text": text}
+                if body.get("stream"):  # as vLLM streams (engine=vllm asks so): the reply, then the usage
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    delta = {"delta": {"content": text}, "text": text, "finish_reason": "stop"}
+                    for event in ({"choices": [delta]}, {"choices": [], "usage": {"prompt_tokens": 5}}):
+                        self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    return
+                payload = json.dumps({"choices": [choice], "usage": {"prompt_tokens": 5}}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
