@@ -119,9 +119,6 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-_LAUNCHER_WATCH: list[threading.Thread] = []  # the one watcher of a sweep's worker process, once started
-
-
 def _stop_with_the_launcher(poll_s: float = 2.0) -> None:
     """In a sweep's worker process, stop the job as SIGTERM does once the sweep's own process is gone.
 
@@ -131,8 +128,8 @@ def _stop_with_the_launcher(poll_s: float = 2.0) -> None:
     parent, so a daemon thread polls the parent's pid. Outside a worker (a single run) it does nothing.
     """
     parent = multiprocessing.parent_process()
-    if parent is None or _LAUNCHER_WATCH:
-        return
+    if parent is None or any(t.name == "launcher-watch" for t in threading.enumerate()):
+        return  # a single run, or a worker already watching (it runs job after job)
 
     def watch() -> None:
         while os.getppid() == parent.pid:
@@ -140,8 +137,7 @@ def _stop_with_the_launcher(poll_s: float = 2.0) -> None:
         log.warning("the sweep's process %s is gone: stopping this job as SIGTERM would", parent.pid)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    _LAUNCHER_WATCH.append(threading.Thread(target=watch, daemon=True, name="launcher-watch"))
-    _LAUNCHER_WATCH[0].start()
+    threading.Thread(target=watch, daemon=True, name="launcher-watch").start()
 
 
 def report_run(cfg: DictConfig) -> Path:

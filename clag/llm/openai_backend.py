@@ -46,8 +46,8 @@ from clag.llm.json_parse import strip_think
 log = logging.getLogger(__name__)
 
 
-class StreamError(RuntimeError):
-    """A streamed reply that the server broke off with an error event (retried like a 5xx)."""
+class StreamError(ConnectionError):
+    """A streamed reply that the server broke off with an error event (retried like a dropped connection)."""
 
 
 class ServerError(RuntimeError):
@@ -303,11 +303,10 @@ class OpenAICompatibleBackend:
                     raise ServerError(f"{self.url} answered HTTP {err.code}: {detail}") from err
                 problem = f"HTTP {err.code}: {detail}"
             except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
-                problem = str(getattr(err, "reason", err)) or type(err).__name__  # a reply cut off mid-stream too
+                # a reply cut off mid-stream, or broken off with an error event (an engine restart), too
+                problem = str(getattr(err, "reason", err)) or type(err).__name__
             except json.JSONDecodeError as err:
                 raise ServerError(f"{self.url} answered with invalid JSON: {err}") from err
-            except StreamError as err:  # the server gave up mid-reply (e.g. an engine restart): send it again
-                problem = str(err)
             log.warning(
                 "request to %s failed (%s); attempt %d of %d", self.url, problem, attempt + 1, 1 + self.max_retries
             )
