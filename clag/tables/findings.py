@@ -236,13 +236,13 @@ def reach_groups(rows: list[dict[str, Any]], members_by_episode: Members) -> dic
     return groups
 
 
-def _r10_by_question(rows: list[dict[str, Any]]) -> dict[Key, float]:
-    return {_key(row): float(row.get("r10") or 0) for row in rows}
+def _by_question(rows: list[dict[str, Any]], metric: str) -> dict[Key, float]:
+    return {_key(row): float(row.get(metric) or 0) for row in rows}
 
 
-def _mean_r10(r10: dict[Key, float], keys: list[Key]) -> str:
-    """Mean R@10 (%) over the questions ``keys``; a run missing some says over how many."""
-    values = [r10[k] for k in keys if k in r10]
+def _mean_over(scores: dict[Key, float], keys: list[Key]) -> str:
+    """Mean score (%) over the questions ``keys``; a run missing some says over how many."""
+    values = [scores[k] for k in keys if k in scores]
     if not values:
         return "—"
     return f"{100 * np.mean(values):.1f}" + (f" ({len(values)}/{len(keys)})" if len(values) < len(keys) else "")
@@ -252,21 +252,22 @@ def _evidence_reach(run: RunRecord) -> dict[str, str]:
     """Whether the picked clusters held each question's evidence, and the evidence recall (R@10) in
     each case: where the picker prunes the evidence away, no ranking can find it."""
     groups = reach_groups(run.predictions, cluster_members(run))
-    r10 = _r10_by_question(run.predictions)
+    r10 = _by_question(run.predictions, "r10")
     counted = sum(len(v) for v in groups.values())
     if not counted:
         return {"evidence in the picked clusters (all/part/none)": "—", "R@10 (all/part/none)": "—"}
     return {
         "evidence in the picked clusters (all/part/none)": "/".join(str(len(v)) for v in groups.values())
         + f" of {counted}",
-        "R@10 (all/part/none)": "/".join(_mean_r10(r10, v) for v in groups.values()),
+        "R@10 (all/part/none)": "/".join(_mean_over(r10, v) for v in groups.values()),
     }
 
 
 def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
-    """R@10 of the default CLAG run and of each retrieving baseline over the same questions, grouped
-    by where CLAG's picker left the evidence: a gap in the "none" group is pruning, a gap in the
-    "all" group is ranking inside the clusters. Full context and no memory rank nothing and are left out."""
+    """R@10 and F1 of the default CLAG run and of each retrieving baseline over the same questions,
+    grouped by where CLAG's picker left the evidence: a gap in the "none" group is pruning, a gap in
+    the "all" group is ranking (or answering) inside the clusters. F1 leaves LoCoMo's category 5 out,
+    as the headlines do. Full context and no memory rank nothing and are left out."""
     body = []
     for dataset in sorted({r.dataset for r in runs}):
         clag = _run(runs, "clag", dataset, clag_default)
@@ -275,13 +276,19 @@ def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
         groups = reach_groups(clag.predictions, cluster_members(clag))
         if not any(groups.values()):
             continue
+        adversarial = {_key(row) for row in clag.predictions if category_number(row.get("category")) == 5}
+        answerable = {reach: [k for k in keys if k not in adversarial] for reach, keys in groups.items()}
         body.append(f"| {dataset} | questions | " + " | ".join(str(len(v)) for v in groups.values()) + " |")
-        for method in ("clag", *RETRIEVERS):
-            run = clag if method == "clag" else _run(runs, method, dataset, {})
-            if run is not None:
-                r10 = _r10_by_question(run.predictions)
-                cells = " | ".join(_mean_r10(r10, v) for v in groups.values())
-                body.append(f"| {dataset} | {method} R@10 | {cells} |")
+        if adversarial:
+            cells = " | ".join(str(len(v)) for v in answerable.values())
+            body.append(f"| {dataset} | of them outside category 5 | {cells} |")
+        for metric, label, over in (("r10", "R@10", groups), ("f1", "F1", answerable)):
+            for method in ("clag", *RETRIEVERS):
+                run = clag if method == "clag" else _run(runs, method, dataset, {})
+                if run is not None:
+                    scores = _by_question(run.predictions, metric)
+                    cells = " | ".join(_mean_over(scores, v) for v in over.values())
+                    body.append(f"| {dataset} | {method} {label} | {cells} |")
     if not body:
         return "(no CLAG run with cluster members)"
     header = "| dataset | | " + " | ".join(f"{reach} of it" for reach in REACH) + " |"
@@ -445,7 +452,7 @@ def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = Non
             category5_table(runs, clag_default),
             "## CLAG telemetry",
             telemetry_table(runs),
-            "## R@10 (%) over the same questions, by how much of their evidence CLAG's picked clusters held",
+            "## R@10 and F1 (%) over the same questions, by how much of their evidence CLAG's picked clusters held",
             reach_table(runs, clag_default),
             "## Where each wrong answer lost its evidence (no LLM: ids only)",
             "Wrong: token F1 below 0.5; LoCoMo's category 5 left out. First match wins, in the column order: the"
