@@ -37,7 +37,7 @@ REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experimen
 	experiment=reference_corrected_ablations experiment=reference_table9 experiment=reference_table10 \
 	experiment=reference_table6
 # The runs the committed tables and findings are rendered from: the first reference's, until the corrected
-# re-run has finished
+# re-run has finished (meanwhile findings_corrected.md holds the corrected runs finished so far)
 REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
 # The earlier runs the findings keep as their history (each run paired with its earlier counterpart): set to
 # $(REFERENCE)/runs/reference when the tables move to the corrected runs
@@ -126,6 +126,8 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	$(REFERENCE_TABLES)
 	$(PY) -m clag.tables.findings $(REFERENCE_TABLE_RUNS) $(if $(REFERENCE_PREVIOUS_RUNS),--previous $(REFERENCE_PREVIOUS_RUNS)) \
 		--out $(REFERENCE)/findings.md
+	$(PY) -m clag.tables.findings $(REFERENCE)/runs/reference_corrected --previous $(REFERENCE)/runs/reference \
+		--out $(REFERENCE)/findings_corrected.md
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
 	$(PY) -m clag.tables.growth $(REFERENCE)/runs/reference_growth --out $(REFERENCE)/growth.md
