@@ -319,6 +319,19 @@ def test_failure_judge_classifies_into_the_taxonomy(runs_dir: Path) -> None:
     assert "A simpler system (RAG) answered: In May (correct)" in prompt
 
 
+def test_a_verdict_the_telemetry_can_test_is_tested(runs_dir: Path) -> None:
+    """The multi-hop miss is defined by n <= 1 picked clusters: each scripted failure picked one, so both fit."""
+    reply = '{"category": "4", "reason": "too few clusters"}'
+    judge = _judge({"Question: question q2?": reply, "Question: question q3?": reply})
+    t13 = cases.build_cases(find_runs(runs_dir), load_defaults(), judge, {13})[0].ours.set_index("Category")
+    assert t13.loc["Compositional/Multi-hop miss", "Count"] == 2
+    assert t13.loc["Compositional/Multi-hop miss", "Fits its definition (telemetry)"] == "2 of 2 (≤ 1 cluster picked)"
+    assert t13.loc["Temporal-slot ambiguity", "Fits its definition (telemetry)"] == "—"  # no test for it
+    failures = [cases.Failure({}, [{"selected": True}, {"selected": True}], None), cases.Failure({}, [], None)]
+    checked = cases.definition_check("Compositional/Multi-hop miss", failures)
+    assert checked == "0 of 2 (≤ 1 cluster picked), 1 unrecorded"
+
+
 def test_judge_reply_parsing(runs_dir: Path) -> None:
     names = cases.taxonomy()
     assert cases.parse_category("entity confusion", names) == "Entity confusion"

@@ -362,6 +362,28 @@ def classify(failures: list[Failure], judge: Judge | None) -> list[tuple[str, st
     return out
 
 
+def _at_most_one_picked(failure: Failure) -> bool | None:
+    """Whether the picker chose at most one cluster (None where no candidates were recorded)."""
+    return sum(c["selected"] for c in failure.clusters) <= 1 if failure.clusters else None
+
+
+# The categories whose definition the run's own telemetry can test, with what is tested: a judge that names
+# them where the test fails has not read its case (the paper defines the multi-hop miss as n <= 1 picked)
+DEFINITION_CHECKS = {"Compositional/Multi-hop miss": (_at_most_one_picked, "≤ 1 cluster picked")}
+
+
+def definition_check(name: str, failures: list[Failure]) -> str:
+    """How many of the failures judged ``name`` fit the part of its definition the telemetry can test."""
+    if name not in DEFINITION_CHECKS or not failures:
+        return "—"
+    test, what = DEFINITION_CHECKS[name]
+    results = [test(f) for f in failures]
+    unrecorded = sum(r is None for r in results)
+    return f"{sum(r is True for r in results)} of {len(failures)} ({what})" + (
+        f", {unrecorded} unrecorded" if unrecorded else ""
+    )
+
+
 def _spread(items: list[Failure], limit: int) -> list[Failure]:
     """At most ``limit`` failures spread evenly over the run (so all categories of questions appear)."""
     if len(items) <= limit:
@@ -389,11 +411,18 @@ def tables13_14(runs: dict[str, RunRecord], judge: Judge | None, threshold: floa
                 name,
                 categories.get(name, "no judge, or no usable category in its reply"),
                 counts[name],
+                definition_check(name, [f for f, (v, _) in zip(judged, verdicts) if v == name]),
                 examples.get(name, "—"),
             ]
             for name in names
         ],
-        columns=["Category", "Description", "Count", "Example (question → CLAG's answer, judge's reason)"],
+        columns=[
+            "Category",
+            "Description",
+            "Count",
+            "Fits its definition (telemetry)",
+            "Example (question → CLAG's answer, judge's reason)",
+        ],
     )
     paper_counts = {_key(p): (c, pc) for p, c, pc in zip(paper14["pattern"], paper14["count"], paper14["percent"])}
     total = len(judged)
