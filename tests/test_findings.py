@@ -29,7 +29,8 @@ def _run(root: Path, name: str, method: str, params: dict, f1: list[float], tele
         {"question_id": f"q{i}", "category": 4 if i < 8 else 5, "f1": value, "bleu1": value / 2,
          "telemetry": (telemetry or [{}])[0], "evidence_ids": ["D9:9"] if i % 3 == 0 else ["D1:1"],
          "r10": 0.0 if i % 3 == 0 else 1.0, "episode_id": "conv-26",
-         "adversarial_official": None if i < 8 else float(method == "clag")}  # only CLAG abstains on category 5
+         "adversarial_official": None if i < 8 else float(method == "clag"),  # only CLAG abstains on category 5
+         **({"j_lenient": float(value > 0.65)} if i < 8 else {})}  # the judge scores categories 1-4 only
         for i, value in enumerate(f1)
     ]
     run = {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": "reference", "engine": "vllm",
@@ -61,7 +62,8 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     assert verdict(findings["CLAG vs amem on locomo" + paper].per_metric["f1"]) == "no difference shown"
     # Scored as LoCoMo scores category 5, CLAG's abstentions there make it ahead of A-mem: the verdicts differ.
     assert verdict(findings["CLAG vs amem on locomo" + official].per_metric["f1"]) == "ahead"
-    assert findings["CLAG vs rag on locomo" + paper].per_metric["j_lenient"] is None  # no judge ran: no verdict
+    assert findings["CLAG vs rag on locomo, categories 1-4"].per_metric["j_lenient"]["n"] == 8
+    assert findings["CLAG vs rag on locomo" + paper].per_metric["j_lenient"] is None  # 1-5 would repeat 1-4's J
 
     table = telemetry_table(runs)
     assert "4.0 (4-4)" in table and "50.0 (max 70)" in table

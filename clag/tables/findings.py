@@ -133,6 +133,10 @@ def evaluate(runs: list[RunRecord], claims: Sequence[Claim], samples: int = 1000
             finding.per_metric[metric] = paired_difference(
                 run_a.predictions, run_b.predictions, metric, claim.categories, samples, adversarial=claim.adversarial
             )
+        covered = [result["n"] for result in finding.per_metric.values() if result]
+        for metric, result in finding.per_metric.items():  # J scores LoCoMo's categories 1-4 only: over 1-5 it
+            if result and result["n"] < max(covered):  # would repeat the 1-4 row under a 1-5 label
+                finding.per_metric[metric] = None
         findings.append(finding)
     return findings
 
@@ -443,7 +447,9 @@ def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = Non
             f"{len(runs)} finished runs; models: {', '.join(models) or '—'}; computed with {machines(runs) or '—'}.",
             "## Claims: A - B over the same questions (percentage points; paired bootstrap, 10,000 resamples)",
             "A verdict says *ahead* or *behind* only where the 95% interval of the difference excludes 0. "
-            + judge_note(calibration, judged=any(f.per_metric.get(m) for f in findings for m in JUDGE_KEYS)),
+            + judge_note(calibration, judged=any(f.per_metric.get(m) for f in findings for m in JUDGE_KEYS))
+            + " J is the judge's share of right answers over the questions it scored (LoCoMo: categories 1-4),"
+            " so a claim over more questions leaves it out (—).",
             claims_table(findings) if findings else "(no pair of runs to compare yet)",
             "## LoCoMo's category 5 apart, scored both ways",
             "The paper scores category 5 with F1 against the adversarial answer, which rewards repeating the trap;"
