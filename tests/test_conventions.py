@@ -43,6 +43,20 @@ def test_a_setting_added_later_renames_no_folder_at_its_old_value_and_does_at_a_
     assert _hash(["engine=vllm", "model.backend.disable_any_whitespace=true"]) != _hash(["engine=vllm"])
 
 
+def test_a_methods_own_prompt_format_is_used_and_hashed_only_where_it_overrides_the_models() -> None:
+    for engine in ("transformers", "vllm"):
+        chat = compose_config([f"engine={engine}", "method=memoryos"])
+        assert chat.method.prompt_format == "chat" and chat.model.backend.prompt_format == "chat"
+        container = OmegaConf.to_container(chat, resolve=True)
+        del container["method"]["prompt_format"]  # as MemoryOS runs were configured before the key existed
+        assert hash_config(container) == _hash([f"engine={engine}", "method=memoryos"])
+        raw = [f"engine={engine}", "method=memoryos", "model.prompt_format=raw"]
+        assert compose_config(raw).model.backend.prompt_format == "chat"  # the method's own wins ...
+        assert _hash(raw) != _hash([*raw, "method.prompt_format=raw"])  # ... and names another run
+        rag = compose_config([f"engine={engine}", "method=rag", "model.prompt_format=raw"])
+        assert rag.model.backend.prompt_format == "raw"  # a method without its own takes the model's
+
+
 def test_each_convention_is_one_change_and_the_authors_model_takes_their_answer_prompt() -> None:
     reference = compose_config(["+convention=reference"])
     for name, key, value in [

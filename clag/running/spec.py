@@ -68,6 +68,10 @@ def hashed_view(container: dict[str, Any]) -> dict[str, Any]:
         _drop(trimmed, dotted)
     for dotted, earlier in ADDED_LATER.items():
         _drop(trimmed, dotted, earlier)
+    # A method's own prompt format (configs/method/*.yaml) is hashed only where it overrides the model's:
+    # the backend's resolved prompt_format already says what the calls use, and runs from before the key
+    # keep their folders.
+    _drop(trimmed, "method.prompt_format", trimmed.get("model", {}).get("prompt_format"))
     return trimmed
 
 
