@@ -37,7 +37,8 @@ REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experimen
 	experiment=reference_corrected_ablations experiment=reference_table9 experiment=reference_table10 \
 	experiment=reference_table6
 # The runs the committed tables and findings are rendered from: the first reference's, until the corrected
-# re-run has finished (meanwhile findings_corrected.md and latency_corrected.md hold the corrected runs finished so far)
+# re-run has finished (meanwhile findings_corrected.md, latency_corrected.md and tables_corrected/ (Tables 1, 3) hold
+# the corrected runs finished so far)
 REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
 # The earlier runs the findings keep as their history (each run paired with its earlier counterpart): set to
 # $(REFERENCE)/runs/reference when the tables move to the corrected runs
@@ -128,6 +129,7 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 		--out $(REFERENCE)/findings.md
 	$(PY) -m clag.tables.findings $(REFERENCE)/runs/reference_corrected --previous $(REFERENCE)/runs/reference \
 		--out $(REFERENCE)/findings_corrected.md
+	$(PY) -m clag.tables --runs $(REFERENCE)/runs/reference_corrected --out $(REFERENCE)/tables_corrected --only 1 3
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
 	$(PY) -m clag.tables.growth $(REFERENCE)/runs/reference_growth --out $(REFERENCE)/growth.md
