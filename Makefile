@@ -142,18 +142,21 @@ JUDGE_OVERRIDES := engine=vllm model.backend.dtype=float32
 JUDGE_CLIENT_OVERRIDES := $(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite
 JUDGE_ARGS := --model qwen2.5-1.5b $(foreach o,$(JUDGE_CLIENT_OVERRIDES),--override $(o))
 JUDGE_CALIBRATION_RUN ?= $(REFERENCE)/runs/reference/locomo/rag/qwen2.5-0.5b/seed0-1816dca6
+# The runs J is asked for: the corrected reference's (the first reference is history, and its answers carry the
+# artefacts the corrected one removed), each finished run judged from the cache where it was judged before
+REFERENCE_JUDGED_RUNS ?= $(REFERENCE)/runs/reference_corrected
 # The reference's tables in one rendering (one index); Tables 13-14's failure judge answers from the cache where
 # `make reference-judge` has run it (a failure it has not seen needs its server: else that table stays unclassified)
 REFERENCE_TABLES = $(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables \
 	--only 1 3 4 5 7 12 13 14 15 16 --judge qwen2.5-1.5b \
 	$(foreach o,$(JUDGE_CLIENT_OVERRIDES),--judge-override $(o))
 
-reference-judge: install vllm model-1.5b ## The reference's judge: calibration, J of every reference run, Tables 13-14's failure judge (1.5B, ~3 h on 2 cores)
+reference-judge: install vllm model-1.5b ## The reference's judge: calibration, J of every corrected reference run, Tables 13-14's failure judge (1.5B, hours on 2 cores)
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
 	$(PY) -m clag.llm.serve start model=qwen2.5-1.5b $(JUDGE_OVERRIDES)
 	status=0; \
 	$(PY) -m clag.judge $(JUDGE_CALIBRATION_RUN) $(JUDGE_ARGS) --calibrate $(REFERENCE)/judge_calibration || status=$$?; \
-	$(PY) -m clag.judge $$(dirname $$(find $(REFERENCE_TABLE_RUNS) -name metrics.json | sort)) $(JUDGE_ARGS) || status=$$?; \
+	$(PY) -m clag.judge $$(dirname $$(find $(REFERENCE_JUDGED_RUNS) -name metrics.json | sort)) $(JUDGE_ARGS) || status=$$?; \
 	$(REFERENCE_TABLES) || status=$$?; \
 	$(PY) -m clag.llm.serve stop model=qwen2.5-1.5b $(JUDGE_OVERRIDES); \
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
