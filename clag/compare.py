@@ -26,7 +26,14 @@ from typing import Any
 import numpy as np
 
 from clag.metrics import ANSWER_KEYS, paired_bootstrap
-from clag.metrics.aggregate import CATEGORY_SETS, JUDGE_KEYS, MIN_INTERVAL_N, SUMMARY_KEYS, format_estimate
+from clag.metrics.aggregate import (
+    CATEGORY_SETS,
+    JUDGE_KEYS,
+    MIN_INTERVAL_N,
+    SUMMARY_KEYS,
+    format_estimate,
+    judge_skipped_some,
+)
 from clag.metrics.scoring import category_label, category_number
 from clag.records.runs import RunRecord, find_runs
 
@@ -46,7 +53,8 @@ def paired_difference(
 
     Questions are matched by ``question_id``; a question either run left
     without a value (an unclear judge verdict, a skipped category) is left
-    out of the pair. ``adversarial="official"`` scores LoCoMo's category 5 as
+    out of the pair; a J where the judge skipped some of either run's questions
+    in ``categories`` is None (:func:`judge_skipped_some`). ``adversarial="official"`` scores LoCoMo's category 5 as
     LoCoMo does (``adversarial_official``: 1 for an abstention, else 0) in
     place of an answer metric, as ``metrics.adversarial_mode=official`` would;
     J skips category 5 under either scoring, so it never takes that value.
@@ -57,17 +65,20 @@ def paired_difference(
     """
     wanted = set(categories) if categories is not None else None
 
+    def chosen(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        return [row for row in rows if wanted is None or category_number(row.get("category")) in wanted]
+
+    rows_a, rows_b = chosen(rows_a), chosen(rows_b)
+    if metric in JUDGE_KEYS and (judge_skipped_some(rows_a) or judge_skipped_some(rows_b)):
+        return None
+
     def value(row: Mapping[str, Any]) -> Any:
         if adversarial == "official" and metric in ANSWER_KEYS and row.get("adversarial_official") is not None:
             return row["adversarial_official"]
         return row.get(metric)
 
     def values(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-        return {
-            str(row["question_id"]): float(value(row))
-            for row in rows
-            if value(row) is not None and (wanted is None or category_number(row.get("category")) in wanted)
-        }
+        return {str(row["question_id"]): float(value(row)) for row in rows if value(row) is not None}
 
     a, b = values(rows_a), values(rows_b)
     shared = sorted(set(a) & set(b))

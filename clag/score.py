@@ -1,7 +1,7 @@
 """Re-score a predictions file without rerunning any model that made it.
 
     python -m clag.score FILE.jsonl [--out OUT.jsonl] [--bert-model roberta-large] [--adversarial-mode official]
-    python -m clag.score --add-dates RUNS_DIR [RUNS_DIR ...]
+    python -m clag.score --refresh RUNS_DIR [RUNS_DIR ...]
 
 Reads rows with at least ``prediction`` and ``reference`` (the runner's
 ``predictions.jsonl`` qualifies), writes them back to ``--out`` (default
@@ -10,12 +10,14 @@ Reads rows with at least ``prediction`` and ``reference`` (the runner's
 (``OUT.metrics.json`` unless ``--metrics-out``) and prints a summary.
 A malformed row stops the command with a message naming its line.
 
-``--add-dates`` brings finished runs scored before the date-aware score
-existed up to date, in place: each row gains ``date_match`` and
+``--refresh`` brings finished runs aggregated by an earlier version up to
+date, in place: a row without the date-aware score gains ``date_match`` and
 ``date_status`` (:mod:`clag.metrics.temporal`), and ``metrics.json``'s answer
-tables are recomputed from the rows with the run's own bootstrap settings.
-Every other score of a row is kept as it was (no model is loaded); a run whose
-rows all carry the score is left untouched.
+tables are recomputed from the rows with the run's own bootstrap settings (so
+that, e.g., a J the judge scored on part of a category set leaves that set's
+table, :func:`clag.metrics.aggregate.judge_skipped_some`). Every other score of
+a row is kept as it was (no model is loaded); a run whose files would not
+change is left untouched.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     defaults = MetricSettings()
     parser = argparse.ArgumentParser(prog="python -m clag.score", description=__doc__.split("\n\n")[0])
     parser.add_argument("file", type=Path, nargs="?", help="predictions JSONL")
-    parser.add_argument("--add-dates", type=Path, nargs="+", metavar="RUNS_DIR",
-                        help="add the date-aware score to the finished runs under each folder, in place")
+    parser.add_argument("--refresh", type=Path, nargs="+", metavar="RUNS_DIR",
+                        help="bring the finished runs under each folder up to the current scoring, in place")
     parser.add_argument("--out", type=Path, help="scored rows (default FILE.scored.jsonl)")
     parser.add_argument("--metrics-out", type=Path, help="aggregate JSON (default OUT.metrics.json)")
     parser.add_argument("--bert-model", default=defaults.bert_model, help="roberta-large = the paper's")
@@ -104,16 +106,17 @@ def format_summary(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-def add_dates(runs_dir: Path) -> tuple[int, int]:
-    """Give every finished run under ``runs_dir`` the date-aware score; returns (runs updated, runs found)."""
+def refresh_runs(runs_dir: Path) -> tuple[int, int]:
+    """Re-aggregate every finished run under ``runs_dir`` (adding the date-aware score where a row lacks
+    it); returns (runs changed, runs found)."""
     runs = find_runs(runs_dir)
     updated = 0
     for run in runs:
-        if all("date_match" in row for row in run.predictions):
-            continue
-        rows = [{**row, **date_scores(row)} for row in run.predictions]
+        rows = [row if "date_match" in row else {**row, **date_scores(row)} for row in run.predictions]
         metrics = dict(run.metrics)
         refresh_answer_tables(metrics, rows, run.dataset or None)
+        if rows == run.predictions and metrics == run.metrics:
+            continue
         rewrite_jsonl(run.path / "predictions.jsonl", rows)
         write_json(run.path / "metrics.json", metrics)
         updated += 1
@@ -125,13 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.add_dates:
-        for runs_dir in args.add_dates:
-            updated, found = add_dates(runs_dir)
-            print(f"{runs_dir}: {updated} of {found} finished runs gained the date-aware score")
+    if args.refresh:
+        for runs_dir in args.refresh:
+            updated, found = refresh_runs(runs_dir)
+            print(f"{runs_dir}: {updated} of {found} finished runs re-aggregated")
         return 0
     if args.file is None:
-        parser.error("give a predictions FILE, or --add-dates RUNS_DIR")
+        parser.error("give a predictions FILE, or --refresh RUNS_DIR")
     settings = MetricSettings(
         bert_model=args.bert_model,
         bert_num_layers=args.bert_num_layers,

@@ -30,7 +30,8 @@ def _run(root: Path, name: str, method: str, params: dict, f1: list[float], tele
          "telemetry": (telemetry or [{}])[0], "evidence_ids": ["D9:9"] if i % 3 == 0 else ["D1:1"],
          "r10": 0.0 if i % 3 == 0 else 1.0, "episode_id": "conv-26",
          "adversarial_official": None if i < 8 else float(method == "clag"),  # only CLAG abstains on category 5
-         **({"j_lenient": float(value > 0.65)} if i < 8 else {})}  # the judge scores categories 1-4 only
+         **({"j_lenient": float(value > 0.65), "judge": {}} if i < 8 else
+            {"j_lenient": None, "judge": {"skipped": "category 5 is not judged on locomo"}})}  # as clag.judge does
         for i, value in enumerate(f1)
     ]
     run = {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": "reference", "engine": "vllm",

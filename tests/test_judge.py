@@ -244,9 +244,11 @@ def test_a_run_folder_is_judged_in_place(tmp_path):
     saved = json.loads((folder / "metrics.json").read_text())
     assert saved == json.loads(json.dumps(metrics))
     assert saved["run"] == {"config_hash": "abc"}  # still the same finished run
-    assert saved["overall"]["j_lenient"]["mean"] == pytest.approx(2 / 3) and saved["overall"]["j_lenient"]["n"] == 3
-    assert saved["overall"]["j_strict"]["mean"] == pytest.approx(1 / 5)
-    assert saved["overall_sets"]["1-4"]["j_strict"]["n"] == 5 and "j_lenient" in saved["by_category"]["2"]
+    one_to_four = saved["overall_sets"]["1-4"]
+    assert one_to_four["j_lenient"]["mean"] == pytest.approx(2 / 3) and one_to_four["j_lenient"]["n"] == 3
+    assert one_to_four["j_strict"]["mean"] == pytest.approx(1 / 5) and one_to_four["j_strict"]["n"] == 5
+    assert "j_lenient" in saved["by_category"]["2"]
+    assert "j_strict" not in saved["overall"]  # category 5 was skipped: no J stands for all six questions
     assert saved["overall_sets"]["1-5"]["f1"]["n"] == 6 and saved["overall_sets"]["1-4"]["f1"]["n"] == 5
     judged = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
     assert [r["j_lenient"] for r in judged] == [1.0, 1.0, 0.0, None, None, None]

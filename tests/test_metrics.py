@@ -22,6 +22,7 @@ from clag.metrics.answer import (
     sbert_cosine,
     token_f1,
 )
+from clag.metrics.aggregate import answer_tables
 from clag.metrics.scoring import answer_text
 
 FAST = MetricSettings(bootstrap_samples=200)
@@ -295,6 +296,17 @@ def test_aggregate_rows_overall_categories_evidence_latency():
     assert metrics["latency"]["retrieval_ms"] == {"mean": 20.0, "p50": 20.0, "p95": pytest.approx(29.0), "n": 3}
     assert metrics["context_chars"]["mean"] == 2000.0
     assert metrics["settings"]["adversarial_mode"] == "paper" and metrics["settings"]["bootstrap_samples"] == 200
+
+
+def test_a_j_is_reported_only_for_category_sets_the_judge_covered():
+    """LoCoMo's judge skips category 5: J appears over 1-4 and per judged category, never over 1-5, where
+    it would repeat the 1-4 value under a label that covers more questions; an unclear verdict is no skip."""
+    judged = [{"category": c, "f1": 1.0, "j_strict": v, "judge": {"strict": {}}} for c, v in ((1, 1.0), (2, None))]
+    skipped = {"category": 5, "f1": 0.0, "j_strict": None, "judge": {"skipped": "category 5 is not judged"}}
+    tables = answer_tables([*judged, skipped], FAST, "locomo")
+    assert tables["overall_sets"]["1-4"]["j_strict"]["n"] == 1 and tables["by_category"]["1"]["j_strict"]["n"] == 1
+    assert "j_strict" not in tables["overall"] and "j_strict" not in tables["overall_sets"]["1-5"]
+    assert tables["overall"]["f1"]["n"] == 3
 
 
 def test_latency_percentiles_match_numpy():

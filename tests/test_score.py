@@ -79,7 +79,7 @@ def test_cli_names_the_malformed_line(tmp_path, capsys, bad_line, message):
     assert not (tmp_path / "bad.scored.jsonl").exists()
 
 
-def test_add_dates_brings_an_old_run_up_to_date_in_place(tmp_path, capsys):
+def test_refresh_brings_an_old_run_up_to_date_in_place(tmp_path, capsys):
     """A run scored before the date-aware score gains it; its other scores stay; a second pass changes nothing."""
     run = tmp_path / "runs" / "reference" / "locomo" / "rag" / "qwen2.5-0.5b" / "seed0-abcd1234"
     run.mkdir(parents=True)
@@ -93,8 +93,8 @@ def test_add_dates_brings_an_old_run_up_to_date_in_place(tmp_path, capsys):
     metrics = {"schema_version": 1, "n": 3, "settings": settings, "run": {"dataset": "locomo"}, "usage": {"x": 1}}
     (run / "metrics.json").write_text(json.dumps(metrics))
     (run / "config.yaml").write_text("dataset: {name: locomo}\n")
-    assert main(["--add-dates", str(tmp_path / "runs")]) == 0
-    assert "1 of 1 finished runs" in capsys.readouterr().out
+    assert main(["--refresh", str(tmp_path / "runs")]) == 0
+    assert "1 of 1 finished runs re-aggregated" in capsys.readouterr().out
     scored = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
     assert [(r["date_match"], r["date_status"]) for r in scored] == [
         (1.0, "matched"), (0.0, "other_date"), (None, "gold_not_a_date")
@@ -103,5 +103,5 @@ def test_add_dates_brings_an_old_run_up_to_date_in_place(tmp_path, capsys):
     updated = json.loads((run / "metrics.json").read_text())
     assert updated["by_category"]["2"]["date_match"]["mean"] == 0.5 and updated["by_category"]["2"]["f1"]["n"] == 2
     assert updated["overall_sets"]["1-4"]["date_match"]["n"] == 2 and updated["usage"] == {"x": 1}
-    assert main(["--add-dates", str(tmp_path / "runs")]) == 0
+    assert main(["--refresh", str(tmp_path / "runs")]) == 0
     assert "0 of 1 finished runs" in capsys.readouterr().out

@@ -113,8 +113,22 @@ def _values(rows: Iterable[dict], key: str) -> list[float]:
     return [float(row[key]) for row in rows if row.get(key) is not None]
 
 
+def judge_skipped_some(rows: Iterable[dict]) -> bool:
+    """Whether the judge skipped any of ``rows`` (LoCoMo's category 5, a question without a gold).
+
+    A J over the rest would stand under a label that covers more questions than
+    it scored (over categories 1-5 it would repeat the 1-4 value), so no J is
+    reported for such a set. Unclear verdicts are not skips: they are counted
+    in the judge section and left out of the mean.
+    """
+    return any("skipped" in (row.get("judge") or {}) for row in rows)
+
+
 def _metric_table(rows: list[dict], keys: Sequence[str], settings: MetricSettings) -> dict:
-    """Summary per metric over ``rows``; metrics no row carries are left out."""
+    """Summary per metric over ``rows``; metrics no row carries, and J where the judge skipped some of
+    ``rows``, are left out."""
+    if judge_skipped_some(rows):
+        keys = [key for key in keys if key not in JUDGE_KEYS]
     table = {}
     for key in keys:
         values = _values(rows, key)

@@ -212,9 +212,6 @@ def metric_value(run: RunRecord, metric: str, variant: str = "", config_key: str
         estimate = _from_summary(table.get(metric))
         if estimate is None and subset is not None and spec.source == "answer":  # a run from before overall_sets
             estimate = _set_from_rows(run, section, metric, CATEGORY_SETS.get(run.dataset, {}).get(subset, ()))
-        answered = (table.get("f1") or {}).get("n")  # the questions the cell stands for
-        if metric.startswith("j_") and estimate and estimate.n and answered and estimate.n < answered:
-            estimate = None  # the judge scored part of them (LoCoMo: categories 1-4), not the whole cell
     elif spec.source == "latency":
         rows = [r for r in run.predictions if category is None or str(r.get("category")) == category]
         values = [float(r[metric]) for r in rows if r.get(metric) is not None]

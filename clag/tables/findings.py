@@ -133,10 +133,6 @@ def evaluate(runs: list[RunRecord], claims: Sequence[Claim], samples: int = 1000
             finding.per_metric[metric] = paired_difference(
                 run_a.predictions, run_b.predictions, metric, claim.categories, samples, adversarial=claim.adversarial
             )
-        claimed = max((result["n"] for result in finding.per_metric.values() if result), default=0)
-        for metric, result in finding.per_metric.items():  # J scores LoCoMo's categories 1-4 only: over 1-5 it
-            if result and result["n"] < claimed:  # would repeat the 1-4 row under a 1-5 label
-                finding.per_metric[metric] = None
         findings.append(finding)
     return findings
 
