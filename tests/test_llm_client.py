@@ -6,13 +6,19 @@ not model quality.
 
 from __future__ import annotations
 
+import multiprocessing
+import socket
+import sqlite3
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scripted_llm import ScriptedBackend
 
 from clag.answer import question_keywords
-from clag.llm.base import GenerationConfig
+from clag.llm.base import Completion, GenerationConfig
 from clag.llm.cache import CallCache, CallNotCached
 from clag.llm.client import LLMClient, UsageMeter
 
@@ -57,10 +63,11 @@ def test_a_call_another_run_stored_meanwhile_takes_its_answer(cache: CallCache) 
     """Two sweep jobs share a cache and send the same prompt at once; a server whose numerics depend
     on its batch answers them differently. The second to finish must adopt the first's answer, or a
     rerun from the cache would not reproduce its predictions (the flaky vLLM rerun of 2026-12-02)."""
-    other = LLMClient(NamedBackend("m1", respond=lambda prompt, config: "first answer"), cache)
+    backend = NamedBackend("m1")
 
     def answer_while_the_other_run_finishes(prompt: str, config: GenerationConfig) -> str:
-        other.generate([prompt], stage="answer")  # stores its answer while this call is in flight
+        # a run whose claim had expired, or one from before claims, stores its answer while this call is in flight
+        cache.put(cache.key(backend.identity(), prompt, config), Completion("first answer", 1, 2))
         return "second answer"
 
     late = LLMClient(NamedBackend("m1", respond=answer_while_the_other_run_finishes), cache)
@@ -68,6 +75,61 @@ def test_a_call_another_run_stored_meanwhile_takes_its_answer(cache: CallCache) 
     backend = NamedBackend("m1", respond=lambda prompt, config: "never asked")
     assert LLMClient(backend, cache).generate(["q"], stage="answer") == ["first answer"]
     assert backend.calls == []
+
+
+def test_a_call_another_live_run_is_generating_is_awaited_not_generated_again(cache: CallCache) -> None:
+    """A-mem and CLAG before CLAG's cold start send the same calls: the second waits for the first's answer."""
+    backend = NamedBackend("m1", respond=lambda prompt, config: "never asked")
+    key = cache.key(backend.identity(), "q", GenerationConfig())
+    assert cache.claim([key]) == {key}  # a live run (this process stands in for it) is generating "q"
+    assert cache.claim([key]) == set()  # ... so nobody else gets it
+    threading.Timer(0.3, cache.put, (key, Completion("the other run's answer", 1, 4))).start()
+    client = LLMClient(backend, cache)
+    assert client.generate(["q"], stage="note") == ["the other run's answer"] and backend.calls == []
+    assert client.usage.snapshot()["note"]["cache_hits"] == 0  # awaited: the call this run would have made
+
+
+def test_a_claim_released_unanswered_or_left_by_a_dead_process_is_taken_over(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "calls.sqlite")
+    backend = NamedBackend("m1", respond=lambda prompt, config: f"own {prompt}")
+    given_up, orphaned = (cache.key(backend.identity(), q, GenerationConfig()) for q in ("q1", "q2"))
+    cache.claim([given_up])
+    threading.Timer(0.3, cache.release, ([given_up],)).start()  # its run's call failed
+    dead = multiprocessing.get_context("spawn").Process(target=int)
+    dead.start()
+    dead.join()
+    with sqlite3.connect(cache.path) as db:  # a run killed mid-call left its claim behind
+        db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (orphaned, socket.gethostname(), dead.pid, time.time()))
+    assert LLMClient(backend, cache).generate(["q1", "q2"], stage="note") == ["own q1", "own q2"]
+    assert cache.claim([given_up, orphaned]) == set()  # answered now, so nothing left to claim
+
+
+def _ask_at_once(path: str, barrier: Any, log: str, out: str) -> None:
+    def respond(prompt: str, config: GenerationConfig) -> str:
+        with open(log, "a") as handle:
+            handle.write(prompt + "\n")
+        time.sleep(1.0)
+        return f"answer to {prompt}"
+
+    client = LLMClient(NamedBackend("m1", respond=respond), CallCache(path))
+    barrier.wait()
+    Path(out).write_text("|".join(client.generate(["shared", f"own {out[-1]}"], stage="evolve")))
+
+
+def test_two_processes_asking_one_call_at_once_generate_it_once(tmp_path: Path) -> None:
+    """Two sweep jobs sharing a cache (Hydra's processes) ask the same call at the same moment."""
+    context = multiprocessing.get_context("spawn")
+    barrier, log, path = context.Barrier(2), str(tmp_path / "generated.log"), str(tmp_path / "calls.sqlite")
+    jobs = [context.Process(target=_ask_at_once, args=(path, barrier, log, f"{tmp_path}/out{w}")) for w in range(2)]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join(timeout=120)
+    assert [job.exitcode for job in jobs] == [0, 0]
+    assert sorted(Path(log).read_text().split("\n")[:-1]) == ["own 0", "own 1", "shared"]  # "shared" once
+    assert [(tmp_path / f"out{w}").read_text() for w in range(2)] == [
+        f"answer to shared|answer to own {w}" for w in range(2)
+    ]
 
 
 def test_a_cache_only_client_answers_hits_and_stops_at_the_first_miss(cache: CallCache) -> None:

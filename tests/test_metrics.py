@@ -12,6 +12,7 @@ from rouge_score import rouge_scorer
 
 from clag.assets import install_wordnet, resolve_embedder_path
 from clag.metrics import MetricSettings, aggregate_rows, evidence_scores, paired_bootstrap, score_rows, summarize
+from clag.metrics.aggregate import answer_tables
 from clag.metrics.answer import (
     bert_f1,
     bleu1,
@@ -22,7 +23,6 @@ from clag.metrics.answer import (
     sbert_cosine,
     token_f1,
 )
-from clag.metrics.aggregate import answer_tables
 from clag.metrics.scoring import answer_text
 
 FAST = MetricSettings(bootstrap_samples=200)

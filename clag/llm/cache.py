@@ -13,6 +13,15 @@ numerics change with what else is in flight can answer them differently;
 the second writer then adopts the stored answer (:meth:`CallCache.put_many`
 returns it), so every run's outputs are the ones a rerun replays.
 
+Such a shared call is also generated once, not once per run: before a miss
+goes to the backend the run *claims* its key (:meth:`CallCache.claim`), and a
+run that finds the key claimed by a live process waits for its answer to
+appear in the cache instead of decoding it again. A claim whose owner died
+(same host) or that is older than :data:`CLAIM_TTL_S` is taken over, and a
+claim is released when its answer is stored or its call failed, so a killed
+run never blocks another. On a 2-core CPU this is most of the cost of a grid
+whose runs share a cold start (the authors'-code A-mem and CLAG, Tables 9-10).
+
 Several processes of a Hydra multirun write the same file: the database is
 in WAL mode (readers never block the writer), every connection waits on a
 busy lock instead of failing, each write is one short transaction, and a
@@ -24,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -35,6 +45,10 @@ from clag.llm.base import Completion, GenerationConfig
 
 CACHE_VERSION = 1
 BUSY_TIMEOUT_S = 120.0
+CLAIM_TTL_S = 3600.0
+"""A claim older than this is taken over whoever holds it: longer than any one call takes here (a 1000-token
+reply at ~1.5 tokens/s on a loaded CPU server is ~11 minutes), and the bound on a claim held by a process on
+another host, whose liveness cannot be checked."""
 
 
 def default_cache_path() -> Path:
@@ -90,6 +104,12 @@ class CallCache:
                 lambda db: db.execute(
                     "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, text TEXT NOT NULL,"
                     " prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)"
+                )
+            )
+            self._retry_locked(
+                lambda db: db.execute(
+                    "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, host TEXT NOT NULL,"
+                    " pid INTEGER NOT NULL, since REAL NOT NULL)"
                 )
             )
             self._connect().execute("SELECT key, text, prompt_tokens, completion_tokens FROM calls LIMIT 1")
@@ -167,6 +187,48 @@ class CallCache:
 
         return self._retry_locked(write)
 
+    def claim(self, keys: Iterable[str]) -> set[str]:
+        """Claim the calls this process is about to generate; returns the keys it now holds.
+
+        A key is not returned when its answer is already stored or a live
+        process (this one's other threads included) holds it: the caller waits
+        for that answer (:meth:`get`) and claims again, which succeeds once the
+        holder released the key without an answer, died, or held it longer
+        than :data:`CLAIM_TTL_S`.
+        """
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return set()
+        host, pid, now = socket.gethostname(), os.getpid(), time.time()
+
+        def write(db: sqlite3.Connection) -> set[str]:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                held = set()
+                for key in wanted:
+                    if db.execute("SELECT 1 FROM calls WHERE key = ?", (key,)).fetchone():
+                        continue
+                    holder = db.execute("SELECT host, pid, since FROM claims WHERE key = ?", (key,)).fetchone()
+                    if holder is not None and not _stale(*holder, now):
+                        continue
+                    db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)", (key, host, pid, now))
+                    held.add(key)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return held
+
+        return self._retry_locked(write)
+
+    def release(self, keys: Iterable[str]) -> None:
+        """Give up this process's claims on ``keys`` (their answers are stored, or their call failed)."""
+        rows = [(key, socket.gethostname(), os.getpid()) for key in keys]
+        if rows:
+            self._retry_locked(
+                lambda db: db.executemany("DELETE FROM claims WHERE key = ? AND host = ? AND pid = ?", rows)
+            )
+
     def __len__(self) -> int:
         return self._connect().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
 
@@ -175,3 +237,18 @@ class CallCache:
         rows = self._connect().execute("SELECT key, text, prompt_tokens, completion_tokens FROM calls ORDER BY key")
         for key, text, prompt_tokens, completion_tokens in rows:
             yield key, Completion(text, prompt_tokens, completion_tokens)
+
+
+def _stale(host: str, pid: int, since: float, now: float) -> bool:
+    """Whether a claim can be taken over: its process on this host is gone, or it is older than the TTL."""
+    if now - since > CLAIM_TTL_S:
+        return True
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -21,6 +22,9 @@ from clag.llm.cache import CallCache, CallNotCached
 from clag.llm.json_parse import parse_json_object
 
 log = logging.getLogger(__name__)
+
+CLAIM_POLL_S = 0.5
+"""How often a call another process is generating is looked for in the cache (calls take seconds to minutes)."""
 
 USAGE_FIELDS = (
     "calls",
@@ -194,14 +198,71 @@ class LLMClient:
         if self.cache is not None and completed:
             self.cache.put_many((keys[generated[j]], c) for j, c in completed.items() if keys[generated[j]] is not None)
 
+    def _generate(
+        self,
+        prompts: list[str],
+        indices: list[int],
+        keys: list[str | None],
+        config: GenerationConfig,
+        results: list[Completion | None],
+    ) -> None:
+        """One backend call for ``prompts[indices]`` into ``results``; the answers are stored and their
+        claims released (on failure too: what the batch answered is kept, the rest is free to ask again)."""
+        kept = [i for i in indices if keys[i] is not None]
+        try:
+            try:
+                fresh = self.backend.generate([prompts[i] for i in indices], config)
+            except Exception as err:
+                self._keep_answered(err, indices, keys)
+                raise
+            if len(fresh) != len(indices):
+                raise RuntimeError(f"backend returned {len(fresh)} completions for {len(indices)} prompts")
+            answers = dict(zip(indices, fresh))
+            for i, completion in answers.items():
+                results[i] = completion
+            if self.cache is not None and kept:
+                # another run may have stored the same call meanwhile: its answer is the answer
+                stored = self.cache.put_many((str(keys[i]), answers[i]) for i in kept)
+                for i, completion in zip(kept, stored):
+                    results[i] = completion
+        finally:
+            if self.cache is not None and kept:
+                self.cache.release(str(keys[i]) for i in kept)
+
+    def _generate_claimed(
+        self,
+        cache: CallCache,
+        prompts: list[str],
+        indices: list[int],
+        keys: list[str | None],
+        config: GenerationConfig,
+        results: list[Completion | None],
+    ) -> None:
+        """Generate the calls this process can claim and wait for the others' answers to reach the cache,
+        taking over any claim its holder gives up (released unanswered, died, or expired)."""
+        pending = indices
+        while pending:
+            held = cache.claim(key for i in pending if (key := keys[i]) is not None)
+            mine = [i for i in pending if keys[i] is None or keys[i] in held]
+            if mine:
+                self._generate(prompts, mine, keys, config, results)
+            pending = [i for i in pending if results[i] is None]
+            if pending:
+                time.sleep(CLAIM_POLL_S)
+                for i in pending:
+                    results[i] = cache.get(str(keys[i]))
+                pending = [i for i in pending if results[i] is None]
+
     def _complete(self, prompts: list[str], config: GenerationConfig, stage: str) -> list[Completion]:
         """Completions in order: cache hits first, then one backend call for the misses.
 
-        A prompt repeated within a cacheable call is generated once; a fresh
-        completion gives way to one another run stored first for the same key
-        (see :mod:`clag.llm.cache`). Token counts include cache hits, so usage
-        describes the method's workload whether or not a rerun was answered
-        from the cache.
+        A prompt repeated within a cacheable call is generated once, and one
+        another process is generating (its claim, :meth:`CallCache.claim`) is
+        awaited rather than generated again; a fresh completion gives way to
+        one another run stored first for the same key (see :mod:`clag.llm.cache`).
+        Token counts include cache hits, so usage describes the method's
+        workload whether or not a rerun was answered from the cache; an awaited
+        call counts as a miss, as the call this run would otherwise have made.
         """
         results: list[Completion | None] = [None] * len(prompts)
         keys: list[str | None] = [None] * len(prompts)
@@ -223,22 +284,10 @@ class LLMClient:
                 f"stage {stage!r}: {len(to_generate)} call(s) not in the LLM cache {where} and cache.only=true; "
                 f"the first prompt begins {prompts[to_generate[0]][:120]!r}"
             )
-        if to_generate:
-            try:
-                fresh = self.backend.generate([prompts[i] for i in to_generate], config)
-            except Exception as err:
-                self._keep_answered(err, to_generate, keys)
-                raise
-            if len(fresh) != len(to_generate):
-                raise RuntimeError(f"backend returned {len(fresh)} completions for {len(to_generate)} prompts")
-            for i, completion in zip(to_generate, fresh):
-                results[i] = completion
-            kept = [i for i in to_generate if keys[i] is not None]
-            if self.cache is not None and kept:
-                # another run may have stored the same call meanwhile: its answer is the answer
-                stored = self.cache.put_many((keys[i], results[i]) for i in kept)
-                for i, completion in zip(kept, stored):
-                    results[i] = completion
+        if to_generate and self.cache is not None:
+            self._generate_claimed(self.cache, prompts, to_generate, keys, config, results)
+        elif to_generate:
+            self._generate(prompts, to_generate, keys, config, results)
         for i in missing:
             if results[i] is None:
                 results[i] = results[first_of[keys[i]]]
