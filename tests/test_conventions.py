@@ -23,6 +23,7 @@ def test_a_setting_added_later_renames_no_folder_at_its_old_value_and_does_at_a_
         "model.backend.disable_any_whitespace": False,
         "model.json_retry": True,
         "model.accept_placeholders": False,
+        "model.free_retry_stages": [],
     }
     for engine in ("transformers", "vllm"):
         base = compose_config([f"engine={engine}"])

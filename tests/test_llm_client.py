@@ -230,6 +230,27 @@ def test_the_authors_acceptance_keeps_placeholder_echoes_and_never_retries(cache
     assert len(backend.calls) == calls  # all three answered from the cache: no retry was asked
 
 
+def test_a_free_retry_stage_asks_again_without_the_grammar_that_forced_a_whitespace_run() -> None:
+    def respond(prompt: str, config: GenerationConfig) -> str:  # under the grammar: "{" and whitespace to the budget
+        if config.json_schema is not None:
+            return "{" + " \n" * 7
+        return {"plain": "Rome", "json": '{"answer": "Oslo"}'}[prompt]
+
+    backend = NamedBackend("m1", respond)
+    defaults = GenerationConfig(max_new_tokens=6)
+    ours = LLMClient(backend, defaults=defaults, reject_truncated_json=True, free_retry_stages=["answer"])
+    replies = ours.generate_json_with_text(["plain", "json"], stage="answer", schema=ANSWER)
+    assert [(value, text.strip()) for value, text in replies] == [
+        (None, "Rome"),
+        ({"answer": "Oslo"}, '{"answer": "Oslo"}'),
+    ]
+    assert [config.json_schema for _, config in backend.calls] == [ANSWER, ANSWER, None, None]
+    assert ours.usage.snapshot()["answer"]["fallbacks"] == 1  # "Rome" is the raw text the answerer keeps
+    other_stage = LLMClient(backend, defaults=defaults, reject_truncated_json=True, free_retry_stages=["answer"])
+    other_stage.generate_json(["plain"], stage="keywords", schema=ANSWER)
+    assert backend.calls[-1][1].json_schema == ANSWER  # only the named stages retry free
+
+
 @pytest.mark.parametrize("reject", [False, True])
 def test_a_reply_cut_off_at_its_budget_is_counted_and_rejected_when_asked(reject: bool) -> None:
     def respond(prompt: str, config: GenerationConfig) -> str:  # the scripted backend counts words as tokens

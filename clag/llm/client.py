@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -94,6 +94,11 @@ class LLMClient:
             (the authors' code never retries).
         accept_placeholders: Keep a reply whose required fields echo the prompt's placeholders or are
             empty (the authors' code keeps whatever parses); off refuses it. Counted either way.
+        free_retry_stages: Stages whose failed JSON reply is retried without the schema. Forced into
+            JSON by the grammar, a model not asked for JSON in words can open the object and then emit
+            the whitespace the grammar allows until its budget runs out (the 0.5B model under the raw
+            answer prompt: ``{`` and 95 tokens of nothing on 25 of BioASQ RAG's 60 questions); its free
+            reply is parsed where it can be, else its text is what the caller's fallback keeps.
     """
 
     def __init__(
@@ -109,6 +114,7 @@ class LLMClient:
         reject_truncated_json: bool = False,
         json_retry: bool = True,
         accept_placeholders: bool = False,
+        free_retry_stages: Collection[str] = (),
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -121,6 +127,7 @@ class LLMClient:
         self.reject_truncated_json = reject_truncated_json
         self.json_retry = json_retry
         self.accept_placeholders = accept_placeholders
+        self.free_retry_stages = frozenset(free_retry_stages)
         self.usage = UsageMeter()
         self._identity = backend.identity()
 
@@ -164,7 +171,13 @@ class LLMClient:
         if failed and not self.json_retry:
             self.usage.add(stage, fallbacks=len(failed))
         elif failed:
-            retry = replace(config, temperature=self.json_retry_temperature, seed=self.retry_seed)
+            free = stage in self.free_retry_stages
+            retry = replace(
+                config,
+                temperature=self.json_retry_temperature,
+                seed=self.retry_seed,
+                json_schema=None if free else config.json_schema,
+            )
             retried = self._complete([prompts[i] for i in failed], retry, stage)
             self.usage.add(stage, retries=len(failed))
             for i, completion in zip(failed, retried):

@@ -77,6 +77,7 @@ def build_client(backend: LLMBackend, model_cfg: DictConfig, cache_cfg: DictConf
         reject_truncated_json=bool(model_cfg.get("reject_truncated_json", False)),
         json_retry=bool(model_cfg.get("json_retry", True)),
         accept_placeholders=bool(model_cfg.get("accept_placeholders", False)),
+        free_retry_stages=tuple(model_cfg.get("free_retry_stages") or ()),
     )
 
 

@@ -45,6 +45,7 @@ ADDED_LATER: dict[str, Any] = {
     "model.backend.disable_any_whitespace": False,
     "model.json_retry": True,
     "model.accept_placeholders": False,
+    "model.free_retry_stages": [],
 }
 
 
