@@ -234,7 +234,7 @@ def test_a_free_retry_stage_asks_again_without_the_grammar_that_forced_a_whitesp
     def respond(prompt: str, config: GenerationConfig) -> str:  # under the grammar: "{" and whitespace to the budget
         if config.json_schema is not None:
             return "{" + " \n" * 7
-        return {"plain": "Rome", "json": '{"answer": "Oslo"}'}[prompt]
+        return {"plain": "\nRome\n\nExplanation: the context says so", "json": '{"answer": "Oslo"}'}[prompt]
 
     backend = NamedBackend("m1", respond)
     defaults = GenerationConfig(max_new_tokens=6)
@@ -245,7 +245,8 @@ def test_a_free_retry_stage_asks_again_without_the_grammar_that_forced_a_whitesp
         ({"answer": "Oslo"}, '{"answer": "Oslo"}'),
     ]
     assert [config.json_schema for _, config in backend.calls] == [ANSWER, ANSWER, None, None]
-    assert ours.usage.snapshot()["answer"]["fallbacks"] == 1  # "Rome" is the raw text the answerer keeps
+    assert ours.usage.snapshot()["answer"]["fallbacks"] == 1  # "Rome", the free reply's first line, is what
+    # the answerer keeps: free, the model runs on past its answer
     other_stage = LLMClient(backend, defaults=defaults, reject_truncated_json=True, free_retry_stages=["answer"])
     other_stage.generate_json(["plain"], stage="keywords", schema=ANSWER)
     assert backend.calls[-1][1].json_schema == ANSWER  # only the named stages retry free

@@ -98,7 +98,8 @@ class LLMClient:
             JSON by the grammar, a model not asked for JSON in words can open the object and then emit
             the whitespace the grammar allows until its budget runs out (the 0.5B model under the raw
             answer prompt: ``{`` and 95 tokens of nothing on 25 of BioASQ RAG's 60 questions); its free
-            reply is parsed where it can be, else its text is what the caller's fallback keeps.
+            reply is parsed where it can be, else its first line is the text the caller's fallback keeps
+            (free, the model runs on past its answer: "South Korea\n\nExplanation: ...").
     """
 
     def __init__(
@@ -181,8 +182,8 @@ class LLMClient:
             retried = self._complete([prompts[i] for i in failed], retry, stage)
             self.usage.add(stage, retries=len(failed))
             for i, completion in zip(failed, retried):
-                texts[i] = completion.text
                 results[i] = self._parse(completion, retry, schema, stage)
+                texts[i] = first_line(completion.text) if free and results[i] is None else completion.text
                 if results[i] is None:
                     log.debug("stage %s: unusable JSON after retry: %r", stage, completion.text[:200])
             self.usage.add(stage, fallbacks=sum(results[i] is None for i in failed))
@@ -314,6 +315,11 @@ class LLMClient:
             truncated=sum(truncated(c, config) for c in done),
         )
         return done
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of ``text`` (empty when there is none)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def truncated(completion: Completion, config: GenerationConfig) -> bool:
