@@ -37,9 +37,14 @@ REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experimen
 	experiment=reference_corrected_ablations experiment=reference_table9 experiment=reference_table10 \
 	experiment=reference_table6
 # The runs the committed tables and findings are rendered from: the first reference's, until the corrected
-# re-run has finished (meanwhile findings_corrected.md, latency_corrected.md and tables_corrected/ (Tables 1, 3) hold
-# the corrected runs finished so far)
+# re-run has finished (meanwhile findings_corrected.md and tables_corrected/ (Tables 1, 3) hold the corrected runs
+# finished so far)
 REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
+# Runs a newer setting superseded, kept for what their re-runs from the cache cannot measure: the first corrected
+# core made its calls (latency_corrected.md, Table 2, times them), and memory growth's finished checkpoints predate
+# the answer-stage fix (growth.md reads them until their re-run; then $(REFERENCE)/runs/reference_growth)
+REFERENCE_SUPERSEDED := $(REFERENCE)/runs_superseded
+REFERENCE_GROWTH_RUNS ?= $(REFERENCE_SUPERSEDED)/reference_growth
 # The earlier runs the findings keep as their history (each run paired with its earlier counterpart): set to
 # $(REFERENCE)/runs/reference when the tables move to the corrected runs
 REFERENCE_PREVIOUS_RUNS ?=
@@ -132,13 +137,9 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	$(PY) -m clag.tables --runs $(REFERENCE)/runs/reference_corrected --out $(REFERENCE)/tables_corrected --only 1 3
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
-	# memory growth's finished checkpoints predate the answer-stage fix and sit in runs_superseded/ until their
-	# re-run from the cache (then: runs/reference_growth)
-	$(PY) -m clag.tables.growth $(REFERENCE)/runs_superseded/reference_growth --out $(REFERENCE)/growth.md
+	$(PY) -m clag.tables.growth $(REFERENCE_GROWTH_RUNS) --out $(REFERENCE)/growth.md
 	$(PY) -m clag.tables.latency $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/latency.md
-	# Table 2 of the corrected core times the runs that made its calls: the first corrected core, kept in
-	# runs_superseded/ since its re-run with the answer-stage fix answered from the cache
-	$(PY) -m clag.tables.latency $(REFERENCE)/runs_superseded/reference_corrected --out $(REFERENCE)/latency_corrected.md
+	$(PY) -m clag.tables.latency $(REFERENCE_SUPERSEDED)/reference_corrected --out $(REFERENCE)/latency_corrected.md
 
 # The reference's LLM judge (issue 29): the 1.5B stand-in on its own server, float32 pinned (its calls are cached
 # in the reference's cache under that identity), its calibration on the questions of LoCoMo's RAG run

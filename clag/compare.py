@@ -53,10 +53,11 @@ def paired_difference(
 
     Questions are matched by ``question_id``; a question either run left
     without a value (an unclear judge verdict, a skipped category) is left
-    out of the pair; a J where the judge skipped some of either run's questions
-    in ``categories`` is None (:func:`judge_skipped_some`). ``adversarial="official"`` scores LoCoMo's category 5 as
-    LoCoMo does (``adversarial_official``: 1 for an abstention, else 0) in
-    place of an answer metric, as ``metrics.adversarial_mode=official`` would;
+    out of the pair; a J where the judge skipped some of either run's
+    questions in ``categories`` is None (:func:`judge_skipped_some`).
+    ``adversarial="official"`` scores LoCoMo's category 5 as LoCoMo does
+    (``adversarial_official``: 1 for an abstention, else 0) in place of an
+    answer metric, as ``metrics.adversarial_mode=official`` would;
     J skips category 5 under either scoring, so it never takes that value.
 
     Returns:

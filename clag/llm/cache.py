@@ -223,7 +223,8 @@ class CallCache:
 
     def release(self, keys: Iterable[str]) -> None:
         """Give up this process's claims on ``keys`` (their answers are stored, or their call failed)."""
-        rows = [(key, socket.gethostname(), os.getpid()) for key in keys]
+        host, pid = socket.gethostname(), os.getpid()
+        rows = [(key, host, pid) for key in keys]
         if rows:
             self._retry_locked(
                 lambda db: db.executemany("DELETE FROM claims WHERE key = ? AND host = ? AND pid = ?", rows)
