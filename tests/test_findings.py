@@ -79,6 +79,11 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     # F1 over the same groups without category 5 (questions 8-11): 5 with all of their evidence, 3 with none
     assert "| locomo | of them outside category 5 | 5 | 0 | 3 |" in reach
     assert "| locomo | clag F1 | 62.0 | — | 76.7 |" in reach and "| locomo | rag F1 | 32.0 | — | 46.7 |" in reach
+    # J (the calibrated prompts render passes in) over the same groups, over the questions the judge scored
+    judged = reach_table(runs, CLAG_DEFAULT, ["j_lenient"])
+    assert "| locomo | clag j_lenient | 40.0 | — | 66.7 |" in judged
+    assert "| locomo | rag j_lenient | 0.0 | — | 0.0 |" in judged
+    assert "j_lenient" not in reach
     text = render(tmp_path)
     assert "| locomo | rag | 6 / 8 | " in text  # six of rag's eight category-4 answers are below F1 0.5 ...
     assert "| 6 (100%) |" in text  # ... and none of them had its evidence in the context (no retrieved ids)

@@ -237,7 +237,8 @@ def reach_groups(rows: list[dict[str, Any]], members_by_episode: Members) -> dic
 
 
 def _by_question(rows: list[dict[str, Any]], metric: str) -> dict[Key, float]:
-    return {_key(row): float(row.get(metric) or 0) for row in rows}
+    """Each question's score; a question without one (unjudged, unscored) is left out, not counted 0."""
+    return {_key(row): float(row[metric]) for row in rows if row.get(metric) is not None}
 
 
 def _mean_over(scores: dict[Key, float], keys: list[Key]) -> str:
@@ -263,11 +264,13 @@ def _evidence_reach(run: RunRecord) -> dict[str, str]:
     }
 
 
-def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
+def reach_table(runs: list[RunRecord], clag_default: dict[str, Any], judge_metrics: Sequence[str] = ()) -> str:
     """R@10 and F1 of the default CLAG run and of each retrieving baseline over the same questions,
     grouped by where CLAG's picker left the evidence: a gap in the "none" group is pruning, a gap in
     the "all" group is ranking (or answering) inside the clusters. F1 leaves LoCoMo's category 5 out,
-    as the headlines do. Full context and no memory rank nothing and are left out."""
+    as the headlines do, and so do the J of ``judge_metrics`` (the calibrated ones: each over the
+    questions its judge scored, a row only where a run was judged). Full context and no memory rank
+    nothing and are left out."""
     body = []
     for dataset in sorted({r.dataset for r in runs}):
         clag = _run(runs, "clag", dataset, clag_default)
@@ -282,11 +285,12 @@ def reach_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
         if adversarial:
             cells = " | ".join(str(len(v)) for v in answerable.values())
             body.append(f"| {dataset} | of them outside category 5 | {cells} |")
-        for metric, label, over in (("r10", "R@10", groups), ("f1", "F1", answerable)):
+        judged = [(m, m, answerable) for m in judge_metrics]
+        for metric, label, over in (("r10", "R@10", groups), ("f1", "F1", answerable), *judged):
             for method in ("clag", *RETRIEVERS):
                 run = clag if method == "clag" else _run(runs, method, dataset, {})
-                if run is not None:
-                    scores = _by_question(run.predictions, metric)
+                scores = _by_question(run.predictions, metric) if run is not None else {}
+                if scores:
                     cells = " | ".join(_mean_over(scores, v) for v in over.values())
                     body.append(f"| {dataset} | {method} {label} | {cells} |")
     if not body:
@@ -454,8 +458,8 @@ def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = Non
             category5_table(runs, clag_default),
             "## CLAG telemetry",
             telemetry_table(runs),
-            "## R@10 and F1 (%) over the same questions, by how much of their evidence CLAG's picked clusters held",
-            reach_table(runs, clag_default),
+            "## R@10, F1 and J (%) over the same questions, by how much of their evidence CLAG's picked clusters held",
+            reach_table(runs, clag_default, allowed_metrics(JUDGE_KEYS, calibration and calibration[1])),
             "## Where each wrong answer lost its evidence (no LLM: ids only)",
             "Wrong: token F1 below 0.5; LoCoMo's category 5 left out. First match wins, in the column order: the"
             " date-aware score matches; no gold evidence; evidence never stored; CLAG's pick pruned it; in memory but"
