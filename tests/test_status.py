@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from clag.config import compose_config
+from clag.data import load_slice
 from clag.running.episode import note_progress
+from clag.running.snapshots import snapshot_key
 from clag.running.spec import RunSpec
 from clag.running.status import grid, main, report, run_status, swept
 
@@ -51,6 +53,17 @@ def test_a_run_counts_only_its_own_rows_and_each_key_once(data_dir: Path, tmp_pa
     status = run_status(overrides)
     assert status.items_ingested == 32
     assert "| 1/3 (+32 items of the others) |" in report([status])
+
+    # an episode whose memory an earlier run saved (found through the snapshot index) is in memory: the run
+    # loads it instead of ingesting, and never writes an episodes.jsonl line for it
+    cfg = compose_config(overrides)
+    episode = load_slice(cfg)[1]
+    saved, key = tmp_path / "earlier" / "memory" / episode.id, snapshot_key(cfg, episode)
+    saved.mkdir(parents=True)
+    (saved / "COMPLETE").write_text(key)
+    (tmp_path / "memory_index").mkdir()
+    (tmp_path / "memory_index" / key).write_text(str(saved))
+    assert run_status(overrides).episodes_done == 2
 
 
 def test_no_data_folder_is_one_line_and_exit_2(monkeypatch, capsys) -> None:

@@ -5,8 +5,9 @@ needs one answer before each resume: which runs are finished, which are half
 way, which have not started. This composes each run of the grid exactly as
 ``python -m clag.run -m`` would (the command line's overrides over the
 experiment's ``hydra.sweeper.params``, expanded by Hydra's own parser), finds
-the folder its config names, and counts the episodes ingested and questions
-answered under that config's hash against what the slice holds. It never
+the folder its config names, and counts the episodes in memory (ingested under
+that config's hash, or with a memory snapshot an earlier run saved that it
+loads instead) and the questions answered against what the slice holds. It never
 writes: a run may be appending to the same files.
 
     python -m clag.running.status experiment=reference
@@ -30,6 +31,7 @@ from clag.config import compose_config
 from clag.data import DatasetError, load_slice
 from clag.records.files import read_jsonl
 from clag.running.folder import RunFolder
+from clag.running.snapshots import find_snapshot
 from clag.running.spec import RunSpec
 
 
@@ -100,6 +102,8 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
         return {row.get(key) for row in read_jsonl(path) if row.get("config_hash", own) == own}
 
     ended = keys(folder.episodes, "episode_id")
+    finished = folder.is_finished(spec.config_hash)  # so every episode was in memory (a fresh clone keeps no snapshot)
+    ended |= {e.id for e in loaded if finished or (e.id not in ended and find_snapshot(cfg, e, spec.run_dir))}
     ingesting = {  # the latest progress line of each episode not yet in episodes.jsonl
         row["episode_id"]: int(row["items"])
         for row in read_jsonl(folder.progress)
@@ -112,7 +116,7 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
         label + "".join(f" / {o.lstrip('+').rpartition('.')[2]}" for o in extra),
         spec.run_dir,
         folder.marker.is_file(),
-        folder.is_finished(spec.config_hash),
+        finished,
         len(ended),
         len(loaded),
         len(keys(folder.predictions, "question_id")),
@@ -123,7 +127,7 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
 
 def report(statuses: Sequence[RunStatus]) -> str:
     """A Markdown table, one row per run, and a total line."""
-    lines = ["| run | state | episodes ingested | questions answered | folder |", "|---|---|---|---|---|"]
+    lines = ["| run | state | episodes in memory | questions answered | folder |", "|---|---|---|---|---|"]
     for s in statuses:
         ingesting = f" (+{s.items_ingested} items of the others)" if s.items_ingested and not s.finished else ""
         lines.append(
