@@ -41,10 +41,9 @@ REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experimen
 # finished so far)
 REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
 # Runs a newer setting superseded, kept for what their re-runs from the cache cannot measure: the first corrected
-# core made its calls (latency_corrected.md, Table 2, times them), and memory growth's finished checkpoints predate
-# the answer-stage fix (growth.md reads them until their re-run; then $(REFERENCE)/runs/reference_growth)
+# core made its calls (latency_corrected.md, Table 2, times them)
 REFERENCE_SUPERSEDED := $(REFERENCE)/runs_superseded
-REFERENCE_GROWTH_RUNS ?= $(REFERENCE_SUPERSEDED)/reference_growth
+REFERENCE_GROWTH_RUNS ?= $(REFERENCE)/runs/reference_growth
 # The earlier runs the findings keep as their history (each run paired with its earlier counterpart): set to
 # $(REFERENCE)/runs/reference when the tables move to the corrected runs
 REFERENCE_PREVIOUS_RUNS ?=
