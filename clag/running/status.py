@@ -101,13 +101,13 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
         own = spec.config_hash
         return {row.get(key) for row in read_jsonl(path) if row.get("config_hash", own) == own}
 
-    ended = keys(folder.episodes, "episode_id")
+    in_memory = keys(folder.episodes, "episode_id")  # ingested here
     finished = folder.is_finished(spec.config_hash)  # so every episode was in memory (a fresh clone keeps no snapshot)
-    ended |= {e.id for e in loaded if finished or (e.id not in ended and find_snapshot(cfg, e, spec.run_dir))}
-    ingesting = {  # the latest progress line of each episode not yet in episodes.jsonl
+    in_memory |= {e.id for e in loaded if finished or e.id in in_memory or find_snapshot(cfg, e, spec.run_dir)}
+    ingesting = {  # the latest progress line of each episode not yet in memory
         row["episode_id"]: int(row["items"])
         for row in read_jsonl(folder.progress)
-        if row.get("config_hash") == spec.config_hash and row.get("episode_id") not in ended
+        if row.get("config_hash") == spec.config_hash and row.get("episode_id") not in in_memory
     }
 
     label = run_label(cfg)
@@ -117,7 +117,7 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
         spec.run_dir,
         folder.marker.is_file(),
         finished,
-        len(ended),
+        len(in_memory),
         len(loaded),
         len(keys(folder.predictions, "question_id")),
         sum(len(episode.questions) for episode in loaded),
