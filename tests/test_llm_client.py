@@ -19,7 +19,7 @@ from scripted_llm import ScriptedBackend
 
 from clag.answer import question_keywords
 from clag.llm.base import Completion, GenerationConfig
-from clag.llm.cache import CallCache, CallNotCached
+from clag.llm.cache import CLAIM_TTL_S, CallCache, CallNotCached
 from clag.llm.client import LLMClient, UsageMeter
 
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
@@ -102,6 +102,23 @@ def test_a_claim_released_unanswered_or_left_by_a_dead_process_is_taken_over(tmp
         db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (orphaned, socket.gethostname(), dead.pid, time.time()))
     assert LLMClient(backend, cache).generate(["q1", "q2"], stage="note") == ["own q1", "own q2"]
     assert cache.claim([given_up, orphaned]) == set()  # answered now, so nothing left to claim
+
+
+def test_an_export_drops_the_claims_of_dead_processes_and_keeps_the_live_ones(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "calls.sqlite")
+    live, orphaned, expired = (cache.key({"m": 1}, q, GenerationConfig()) for q in ("q1", "q2", "q3"))
+    cache.claim([live])
+    dead = multiprocessing.get_context("spawn").Process(target=int)
+    dead.start()
+    dead.join()
+    with sqlite3.connect(cache.path) as db:
+        db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (orphaned, socket.gethostname(), dead.pid, time.time()))
+        long_ago = time.time() - 2 * CLAIM_TTL_S  # another host's claim: stale only once it expired
+        db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (expired, "another-host", 1, long_ago))
+    assert cache.drop_stale_claims() == 2
+    with sqlite3.connect(cache.path) as db:
+        assert [key for (key,) in db.execute("SELECT key FROM claims")] == [live]
+    assert cache.drop_stale_claims() == 0
 
 
 def _ask_at_once(path: str, barrier: Any, log: str, out: str) -> None:

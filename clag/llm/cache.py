@@ -230,6 +230,18 @@ class CallCache:
                 lambda db: db.executemany("DELETE FROM claims WHERE key = ? AND host = ? AND pid = ?", rows)
             )
 
+    def drop_stale_claims(self) -> int:
+        """Delete the claims :func:`_stale` would let a run take over (a process killed without its handler
+        leaves them); returns how many. They never block a call, but an export says the cache is tidy."""
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> int:
+            stale = [row for row in db.execute("SELECT key, host, pid, since FROM claims") if _stale(*row[1:], now)]
+            db.executemany("DELETE FROM claims WHERE key = ? AND host = ? AND pid = ?", [row[:3] for row in stale])
+            return len(stale)
+
+        return self._retry_locked(write)
+
     def __len__(self) -> int:
         return self._connect().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
 

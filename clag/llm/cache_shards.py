@@ -177,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "export":
             target = export_shard(cache, args.folder)
             size = sum(p.stat().st_size for p in shard_paths(args.folder))
-            log.info("%s; shards of %s: %.1f MB in all", f"wrote {target}" if target else "nothing new to export",
-                     args.folder, size / 1e6)
+            log.info("%s; shards of %s: %.1f MB in all; %d stale claims dropped",
+                     f"wrote {target}" if target else "nothing new to export", args.folder, size / 1e6,
+                     cache.drop_stale_claims())
         else:
             return _merge(cache, args.folder)
     except (ShardError, CacheError) as err:
