@@ -95,11 +95,9 @@ def test_a_claim_released_unanswered_or_left_by_a_dead_process_is_taken_over(tmp
     given_up, orphaned = (cache.key(backend.identity(), q, GenerationConfig()) for q in ("q1", "q2"))
     cache.claim([given_up])
     threading.Timer(0.3, cache.release, ([given_up],)).start()  # its run's call failed
-    dead = multiprocessing.get_context("spawn").Process(target=int)
-    dead.start()
-    dead.join()
+    dead_pid = _pid_of_an_ended_process()
     with sqlite3.connect(cache.path) as db:  # a run killed mid-call left its claim behind
-        db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (orphaned, socket.gethostname(), dead.pid, time.time()))
+        db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (orphaned, socket.gethostname(), dead_pid, time.time()))
     assert LLMClient(backend, cache).generate(["q1", "q2"], stage="note") == ["own q1", "own q2"]
     assert cache.claim([given_up, orphaned]) == set()  # answered now, so nothing left to claim
 
@@ -108,17 +106,23 @@ def test_an_export_drops_the_claims_of_dead_processes_and_keeps_the_live_ones(tm
     cache = CallCache(tmp_path / "calls.sqlite")
     live, orphaned, expired = (cache.key({"m": 1}, q, GenerationConfig()) for q in ("q1", "q2", "q3"))
     cache.claim([live])
-    dead = multiprocessing.get_context("spawn").Process(target=int)
-    dead.start()
-    dead.join()
+    dead_pid = _pid_of_an_ended_process()
     with sqlite3.connect(cache.path) as db:
-        db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (orphaned, socket.gethostname(), dead.pid, time.time()))
+        db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (orphaned, socket.gethostname(), dead_pid, time.time()))
         long_ago = time.time() - 2 * CLAIM_TTL_S  # another host's claim: stale only once it expired
         db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (expired, "another-host", 1, long_ago))
     assert cache.drop_stale_claims() == 2
     with sqlite3.connect(cache.path) as db:
         assert [key for (key,) in db.execute("SELECT key FROM claims")] == [live]
     assert cache.drop_stale_claims() == 0
+
+
+def _pid_of_an_ended_process() -> int:
+    dead = multiprocessing.get_context("spawn").Process(target=int)
+    dead.start()
+    dead.join()
+    assert dead.pid is not None
+    return dead.pid
 
 
 def _ask_at_once(path: str, barrier: Any, log: str, out: str) -> None:

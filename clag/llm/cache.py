@@ -49,6 +49,7 @@ CLAIM_TTL_S = 3600.0
 """A claim older than this is taken over whoever holds it: longer than any one call takes here (a 1000-token
 reply at ~1.5 tokens/s on a loaded CPU server is ~11 minutes), and the bound on a claim held by a process on
 another host, whose liveness cannot be checked."""
+DELETE_CLAIM = "DELETE FROM claims WHERE key = ? AND host = ? AND pid = ?"  # only its holder's: a newer claim stays
 
 
 def default_cache_path() -> Path:
@@ -227,7 +228,7 @@ class CallCache:
         rows = [(key, host, pid) for key in keys]
         if rows:
             self._retry_locked(
-                lambda db: db.executemany("DELETE FROM claims WHERE key = ? AND host = ? AND pid = ?", rows)
+                lambda db: db.executemany(DELETE_CLAIM, rows)
             )
 
     def drop_stale_claims(self) -> int:
@@ -237,7 +238,7 @@ class CallCache:
 
         def write(db: sqlite3.Connection) -> int:
             stale = [row for row in db.execute("SELECT key, host, pid, since FROM claims") if _stale(*row[1:], now)]
-            db.executemany("DELETE FROM claims WHERE key = ? AND host = ? AND pid = ?", [row[:3] for row in stale])
+            db.executemany(DELETE_CLAIM, [row[:3] for row in stale])
             return len(stale)
 
         return self._retry_locked(write)

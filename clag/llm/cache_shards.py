@@ -177,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "export":
             target = export_shard(cache, args.folder)
             size = sum(p.stat().st_size for p in shard_paths(args.folder))
+            dropped = cache.drop_stale_claims()
             log.info("%s; shards of %s: %.1f MB in all; %d stale claims dropped",
-                     f"wrote {target}" if target else "nothing new to export", args.folder, size / 1e6,
-                     cache.drop_stale_claims())
+                     f"wrote {target}" if target else "nothing new to export", args.folder, size / 1e6, dropped)
         else:
             return _merge(cache, args.folder)
     except (ShardError, CacheError) as err:
