@@ -7,13 +7,15 @@ from pathlib import Path
 from run_folders import write_run
 
 from clag.records.runs import find_runs
-from clag.tables.memory_telemetry import main, memory_stats, stage_counters
+from clag.tables.memory_telemetry import authors_code_table, main, memory_stats, stage_counters
 
 
-def _run(root: Path, method: str, exp: str, telemetry: list[dict], usage: dict, variant: str | None = None) -> None:
+def _run(
+    root: Path, method: str, exp: str, telemetry: list[dict], usage: dict, variant: str | None = None, f1: float = 0.5
+) -> None:
     config = {"exp": exp, "method": {"name": method, "system": {}}, "dataset": {"name": "locomo"},
               "model": {"name": "qwen2.5-0.5b"}, "variant_name": variant}  # fmt: skip
-    rows = [{"question_id": f"q{i}", "category": 4, "f1": 0.5, "telemetry": t} for i, t in enumerate(telemetry)]
+    rows = [{"question_id": f"q{i}", "category": 4, "f1": f1, "telemetry": t} for i, t in enumerate(telemetry)]
     structure = {"conv-26": {"notes": 100, "evolutions": 90, "links": 200}, "conv-30": {"notes": 50, "evolutions": 0,
                  "links": 10}}  # fmt: skip
     metrics = {"run": {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": exp},
@@ -50,3 +52,13 @@ def test_the_report_lists_each_agentic_run_and_its_variant(tmp_path: Path, capsy
     assert "| locomo | clag (routing_cosine) | reference | 50.00 [40.00, 60.00] |" in text
     assert "| locomo | amem | reference_corrected |" in text and "gam" not in text
     assert "| 10% | — | — |" in text  # A-mem: a link share, no pick
+
+
+def test_the_authors_code_run_is_paired_with_each_base_run_that_answered_its_questions(tmp_path: Path) -> None:
+    _run(tmp_path, "clag_authors_code", "reference_authors_code", [{}] * 12, {}, f1=0.25)
+    _run(tmp_path, "clag", "reference_corrected", [{}] * 13, {}, f1=0.5)  # answered all twelve and one more
+    _run(tmp_path, "clag", "reference_growth", [{}] * 11, {}, f1=0.5)  # answered eleven of them: not comparable
+    _run(tmp_path, "clag", "reference", [{}] * 12, {}, variant="routing_cosine")  # an ablation: never the base
+    [row] = [line for line in authors_code_table(find_runs(tmp_path)).splitlines() if "−" in line]
+    assert row.startswith("| locomo | clag_authors_code − clag | reference_corrected | 12 | -25.00 [-25.00, -25.00] |")
+    assert row.endswith("| - | - | - |")  # no temporal question, no evidence ids in these rows
