@@ -137,11 +137,11 @@ def authors_code_table(runs: list[RunRecord]) -> str:
     for theirs in sorted((r for r in runs if r.method.endswith(AUTHORS_CODE)), key=lambda r: (r.dataset, r.method)):
         base = theirs.method.removesuffix(AUTHORS_CODE)
         asked = _answered(theirs)
+        locomo = theirs.dataset == "locomo"
         for ours in sorted(runs, key=lambda r: r.exp):
-            same = ours.method == base and _name(ours) == base and ours.dataset == theirs.dataset
-            if not same or not asked <= _answered(ours):
+            # _name is the bare method only for the default variant: an ablation is never the base
+            if _name(ours) != base or ours.dataset != theirs.dataset or not asked <= _answered(ours):
                 continue
-            locomo = theirs.dataset == "locomo"
             cells = [
                 "—" if not locomo and only == (2,)  # BioASQ has no temporal category: F1 and R@10 over all
                 else format_estimate(
