@@ -141,8 +141,9 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	$(PY) -m clag.tables.latency $(REFERENCE_SUPERSEDED)/reference_corrected --out $(REFERENCE)/latency_corrected.md
 
 # The reference's LLM judge (issue 29): the 1.5B stand-in on its own server, float32 pinned (its calls are cached
-# in the reference's cache under that identity), its calibration on the questions of LoCoMo's RAG run
-JUDGE_OVERRIDES := engine=vllm model.backend.dtype=float32
+# in the reference's cache under that identity) and one seed on every request, as its committed calls were made
+# (only the calibration's second pass samples); its calibration on the questions of LoCoMo's RAG run
+JUDGE_OVERRIDES := engine=vllm model.backend.dtype=float32 model.backend.seed_per_prompt=false
 JUDGE_CLIENT_OVERRIDES := $(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite
 JUDGE_ARGS := --model qwen2.5-1.5b $(foreach o,$(JUDGE_CLIENT_OVERRIDES),--override $(o))
 JUDGE_CALIBRATION_RUN ?= $(REFERENCE)/runs/reference/locomo/rag/qwen2.5-0.5b/seed0-1816dca6

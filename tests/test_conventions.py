@@ -24,10 +24,13 @@ def test_a_setting_added_later_renames_no_folder_at_its_old_value_and_does_at_a_
         "model.json_retry": True,
         "model.accept_placeholders": False,
         "model.free_retry_stages": [],
+        "model.backend.seed_per_prompt": False,
     }
     for engine in ("transformers", "vllm"):
-        base = compose_config([f"engine={engine}"])
-        plain = _hash([f"engine={engine}"])
+        # a defect's fix changed a default (one seed on every served request): the committed runs' value
+        committed = [f"engine={engine}", *(["model.backend.seed_per_prompt=false"] if engine == "vllm" else [])]
+        base = compose_config(committed)
+        plain = _hash(committed)
         container = OmegaConf.to_container(base, resolve=True)
         for dotted, earlier in ADDED_LATER.items():
             *parents, leaf = dotted.split(".")
@@ -42,6 +45,13 @@ def test_a_setting_added_later_renames_no_folder_at_its_old_value_and_does_at_a_
     assert _hash(["answer.json_instruction=false"]) != _hash([])
     assert _hash(["model.reject_truncated_json=true"]) != _hash([])
     assert _hash(["engine=vllm", "model.backend.disable_any_whitespace=true"]) != _hash(["engine=vllm"])
+    assert _hash(["engine=vllm"]) != _hash(committed)
+
+
+def test_the_reference_keeps_one_seed_for_its_recorded_calls_and_the_authors_code_run_does_not() -> None:
+    assert compose_config(["experiment=reference_corrected"]).model.backend.seed_per_prompt is False
+    assert compose_config(["experiment=reference_growth"]).model.backend.seed_per_prompt is False
+    assert compose_config(["experiment=reference_authors_code"]).model.backend.seed_per_prompt is True
 
 
 def test_a_methods_own_prompt_format_is_used_and_hashed_only_where_it_overrides_the_models() -> None:

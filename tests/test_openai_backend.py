@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from clag.llm.base import GenerationConfig
+from clag.llm.base import GenerationConfig, row_seed
 from clag.llm.client import LLMClient
 from clag.llm.openai_backend import OpenAICompatibleBackend, ServerError
 
@@ -174,8 +174,32 @@ def test_schema_seed_penalty_and_extra_body_reach_the_server(server: ScriptedSer
         "type": "json_schema",
         "json_schema": {"name": "response", "schema": schema, "strict": True},
     }
-    assert (body["seed"], body["repetition_penalty"], body["temperature"]) == (11, 1.1, 0.7)
+    assert (body["seed"], body["repetition_penalty"], body["temperature"]) == (row_seed(11, "q") & 0xFFFFFFFF, 1.1, 0.7)
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_row_seed_is_a_function_of_seed_and_prompt() -> None:
+    assert row_seed(1, "a") == row_seed(1, "a")
+    assert len({row_seed(1, "a"), row_seed(2, "a"), row_seed(1, "b")}) == 3
+    assert 0 <= row_seed(1, "a") < 2**63
+    assert row_seed(None, "a") != row_seed(None, "a")  # unseeded: fresh randomness
+
+
+def test_each_prompt_samples_from_its_own_seed_and_one_seed_for_all_is_named_in_no_identity(
+    server: ScriptedServer,
+) -> None:
+    """Sampled replies are independent draws; one seed on every request (the committed reference's calls)
+    keeps the identity, hence the cache keys, those calls were recorded under."""
+    prompts = ["first", "second", "third"]
+    config = GenerationConfig(temperature=0.7, seed=5)
+    per_prompt, shared = backend(server.url), backend(server.url, seed_per_prompt=False)
+    per_prompt.generate(prompts, config)
+    seeds = {request["body"]["messages"][0]["content"]: request["body"]["seed"] for request in server.requests}
+    assert seeds == {prompt: row_seed(5, prompt) & 0xFFFFFFFF for prompt in prompts} and len(set(seeds.values())) == 3
+    assert per_prompt.request_body("first", config)["seed"] == seeds["first"]  # a pure function of (seed, prompt)
+    assert [shared.request_body(prompt, config)["seed"] for prompt in prompts] == [5, 5, 5]
+    assert per_prompt.identity() == {**shared.identity(), "seed_per_prompt": True}
+    assert "seed_per_prompt" not in shared.identity()
 
 
 def test_defaults_send_no_optional_fields(server: ScriptedServer) -> None:
@@ -265,6 +289,7 @@ def test_identity_holds_no_key_and_no_url(server: ScriptedServer) -> None:
         "dtype": None,
         "prompt_format": "chat",
         "extra_body": {"top_k": 20},
+        "seed_per_prompt": True,
     }
 
 

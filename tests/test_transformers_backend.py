@@ -28,7 +28,6 @@ from clag.llm.transformers_backend import (
     file_sha256,
     length_sorted_batches,
     memo_folder,
-    row_seed,
 )
 
 
@@ -52,13 +51,6 @@ def test_length_sorted_batches_cover_every_index_longest_first() -> None:
     assert batches == [[1, 3, 5], [0, 4, 6], [2]]  # ties keep the caller's order
     assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
     assert length_sorted_batches([4, 4], 8) == [[0, 1]]
-
-
-def test_row_seed_is_a_function_of_seed_and_prompt() -> None:
-    assert row_seed(1, "a") == row_seed(1, "a")
-    assert len({row_seed(1, "a"), row_seed(2, "a"), row_seed(1, "b")}) == 3
-    assert 0 <= row_seed(1, "a") < 2**63
-    assert row_seed(None, "a") != row_seed(None, "a")  # unseeded: fresh randomness
 
 
 def test_seeded_sampler_rows_do_not_depend_on_their_batch() -> None:

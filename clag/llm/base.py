@@ -7,6 +7,8 @@ them for free and behaves the same.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -45,6 +47,19 @@ class Completion:
     text: str
     prompt_tokens: int
     completion_tokens: int
+
+
+def row_seed(seed: int | None, prompt: str) -> int:
+    """The sampling seed of one prompt: a pure function of (seed, prompt) when seeded.
+
+    Every backend draws a prompt's sample from its own seed. One seed on every call would draw
+    the same random numbers at the same positions of every reply: under a grammar that forces
+    the same prefix (``{"should_evolve": ``), that number, not the prompt, decides the answer.
+    """
+    if seed is None:
+        return secrets.randbits(63)
+    digest = hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 PROMPT_FORMATS = ("chat", "raw")

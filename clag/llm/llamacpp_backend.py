@@ -23,9 +23,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from clag.llm.base import Completion, GenerationConfig, check_prompt_format
+from clag.llm.base import Completion, GenerationConfig, check_prompt_format, row_seed
 from clag.llm.json_parse import strip_think
-from clag.llm.transformers_backend import ModelSource, file_sha256, row_seed
+from clag.llm.transformers_backend import ModelSource, file_sha256
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from clag.llm.base import Completion, GenerationConfig, check_prompt_format
+from clag.llm.base import Completion, GenerationConfig, check_prompt_format, row_seed
 from clag.llm.json_parse import strip_think
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,12 @@ class OpenAICompatibleBackend:
             vLLM setting, :class:`clag.llm.serve.ServerSpec`); joins the identity when set, and a
             server :mod:`clag.llm.serve` started with another setting is refused. A server at
             ``base_url`` cannot be checked: it must be started to match.
+        seed_per_prompt: A seeded request carries its prompt's own seed (:func:`~clag.llm.base.row_seed`,
+            as the in-process backends draw), so that sampled replies are independent. Off, every
+            request carries ``config.seed`` itself, as the committed reference's calls did: a grammar
+            that forces one prefix then puts the same random number at the same decision in every
+            reply (0 of 750 notes evolved, docs/reference.md). It joins the identity when set, so the
+            calls recorded without it keep their keys.
     """
 
     max_retries = 4  # attempts after the first, on connection errors, 429 and 5xx
@@ -115,6 +121,7 @@ class OpenAICompatibleBackend:
         extra_body: dict | None = None,
         disable_any_whitespace: bool = False,
         stream: bool = False,
+        seed_per_prompt: bool = True,
     ) -> None:
         check_prompt_format(prompt_format)
         self.base_url = base_url
@@ -129,6 +136,7 @@ class OpenAICompatibleBackend:
         self.extra_body = dict(extra_body or {})
         self.disable_any_whitespace = disable_any_whitespace
         self.stream = stream
+        self.seed_per_prompt = seed_per_prompt
         self._root: str | None = None
         self._identity: dict[str, Any] | None = None
 
@@ -172,6 +180,8 @@ class OpenAICompatibleBackend:
             }
             if self.disable_any_whitespace:  # only when set: the committed calls' keys stay
                 self._identity["disable_any_whitespace"] = True
+            if self.seed_per_prompt:  # likewise: the calls recorded with one seed for all keep their keys
+                self._identity["seed_per_prompt"] = True
         return dict(self._identity)
 
     def server_info(self) -> dict[str, str]:
@@ -234,8 +244,8 @@ class OpenAICompatibleBackend:
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
-        if config.seed is not None:
-            body["seed"] = config.seed
+        if config.seed is not None:  # 32 bits: what llama.cpp's server takes, and vLLM and SGLang too
+            body["seed"] = row_seed(config.seed, prompt) & 0xFFFFFFFF if self.seed_per_prompt else config.seed
         if config.repetition_penalty != 1.0:  # a vLLM / SGLang extension of the OpenAI API
             body["repetition_penalty"] = config.repetition_penalty
         if config.json_schema:

@@ -47,7 +47,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import secrets
 import shutil
 import tempfile
 import threading
@@ -58,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from clag.hardware import cpu_has_native_bf16
-from clag.llm.base import Completion, GenerationConfig, check_prompt_format
+from clag.llm.base import Completion, GenerationConfig, check_prompt_format, row_seed
 from clag.llm.json_parse import strip_think
 
 log = logging.getLogger(__name__)
@@ -77,14 +76,6 @@ def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def row_seed(seed: int | None, prompt: str) -> int:
-    """The sampling seed of one prompt: a pure function of (seed, prompt) when seeded."""
-    if seed is None:
-        return secrets.randbits(63)
-    digest = hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def _stamp(path: Path) -> str:

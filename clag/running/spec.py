@@ -46,6 +46,7 @@ ADDED_LATER: dict[str, Any] = {
     "model.json_retry": True,
     "model.accept_placeholders": False,
     "model.free_retry_stages": [],
+    "model.backend.seed_per_prompt": False,
 }
 
 
