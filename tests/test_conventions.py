@@ -45,7 +45,7 @@ def test_a_setting_added_later_renames_no_folder_at_its_old_value_and_does_at_a_
     assert _hash(["answer.json_instruction=false"]) != _hash([])
     assert _hash(["model.reject_truncated_json=true"]) != _hash([])
     assert _hash(["engine=vllm", "model.backend.disable_any_whitespace=true"]) != _hash(["engine=vllm"])
-    assert _hash(["engine=vllm"]) != _hash(committed)
+    assert _hash(["engine=vllm"]) != _hash(["engine=vllm", "model.backend.seed_per_prompt=false"])
 
 
 def test_the_reference_keeps_one_seed_for_its_recorded_calls_and_the_authors_code_run_does_not() -> None:
