@@ -183,6 +183,9 @@ def test_row_seed_is_a_function_of_seed_and_prompt() -> None:
     assert len({row_seed(1, "a"), row_seed(2, "a"), row_seed(1, "b")}) == 3
     assert 0 <= row_seed(1, "a") < 2**63
     assert row_seed(None, "a") != row_seed(None, "a")  # unseeded: fresh randomness
+    # a 32-bit engine takes the low bits of the same seed, seeded or not
+    assert row_seed(1, "a", bits=32) == row_seed(1, "a") & 0xFFFFFFFF
+    assert all(0 <= row_seed(None, "a", bits=32) < 2**32 for _ in range(20))
 
 
 def test_each_prompt_samples_from_its_own_seed_and_one_seed_for_all_is_named_in_no_identity(

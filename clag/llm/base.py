@@ -49,17 +49,19 @@ class Completion:
     completion_tokens: int
 
 
-def row_seed(seed: int | None, prompt: str) -> int:
+def row_seed(seed: int | None, prompt: str, bits: int = 63) -> int:
     """The sampling seed of one prompt: a pure function of (seed, prompt) when seeded.
 
     Every backend draws a prompt's sample from its own seed. One seed on every call would draw
     the same random numbers at the same positions of every reply: under a grammar that forces
     the same prefix (``{"should_evolve": ``), that number, not the prompt, decides the answer.
+    ``bits`` fits the seed to the engine: torch takes 63, llama.cpp and vLLM's API 32 (the low
+    bits of the 63-bit seed, so a 32-bit engine's seeds are those its recorded calls used).
     """
     if seed is None:
-        return secrets.randbits(63)
+        return secrets.randbits(bits)
     digest = hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
+    return (int.from_bytes(digest[:8], "big") >> 1) & ((1 << bits) - 1)
 
 
 PROMPT_FORMATS = ("chat", "raw")

@@ -104,7 +104,7 @@ class LlamaCppBackend:
             "top_k": 0,  # llama.cpp's defaults (top_k 40, min_p 0.05) would differ from the other backends
             "min_p": 0.0,
             "repeat_penalty": config.repetition_penalty,
-            "seed": row_seed(config.seed, prompt) & 0xFFFFFFFF,
+            "seed": row_seed(config.seed, prompt, bits=32),
         }
         if self.prompt_format == "chat":
             messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []

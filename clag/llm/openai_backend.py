@@ -245,7 +245,7 @@ class OpenAICompatibleBackend:
         else:
             body["prompt"] = prompt
         if config.seed is not None:  # 32 bits: what llama.cpp's server takes, and vLLM and SGLang too
-            body["seed"] = row_seed(config.seed, prompt) & 0xFFFFFFFF if self.seed_per_prompt else config.seed
+            body["seed"] = row_seed(config.seed, prompt, bits=32) if self.seed_per_prompt else config.seed
         if config.repetition_penalty != 1.0:  # a vLLM / SGLang extension of the OpenAI API
             body["repetition_penalty"] = config.repetition_penalty
         if config.json_schema:
