@@ -141,8 +141,9 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	$(PY) -m clag.tables.latency $(REFERENCE_SUPERSEDED)/reference_corrected --out $(REFERENCE)/latency_corrected.md
 
 # The reference's LLM judge (issue 29): the 1.5B stand-in on its own server, float32 pinned (its calls are cached
-# in the reference's cache under that identity) and one seed on every request, as its committed calls were made
-# (only the calibration's second pass samples); its calibration on the questions of LoCoMo's RAG run
+# in the reference's cache under that identity) and one seed on every request, as its committed calls were made,
+# but for the calibration's sampled pass, whose draws must be independent per item; its calibration on the
+# questions of LoCoMo's RAG run
 JUDGE_OVERRIDES := engine=vllm model.backend.dtype=float32 model.backend.seed_per_prompt=false
 JUDGE_CLIENT_OVERRIDES := $(JUDGE_OVERRIDES) cache.path=$(REFERENCE)/llm_cache.sqlite
 JUDGE_ARGS := --model qwen2.5-1.5b $(foreach o,$(JUDGE_CLIENT_OVERRIDES),--override $(o))
@@ -160,7 +161,8 @@ reference-judge: install vllm model-1.5b ## The reference's judge: calibration, 
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
 	$(PY) -m clag.llm.serve start model=qwen2.5-1.5b $(JUDGE_OVERRIDES)
 	status=0; \
-	$(PY) -m clag.judge $(JUDGE_CALIBRATION_RUN) $(JUDGE_ARGS) --calibrate $(REFERENCE)/judge_calibration || status=$$?; \
+	$(PY) -m clag.judge $(JUDGE_CALIBRATION_RUN) $(JUDGE_ARGS) --calibrate $(REFERENCE)/judge_calibration \
+		--sampled-override model.backend.seed_per_prompt=true || status=$$?; \
 	$(PY) -m clag.judge $$(dirname $$(find $(REFERENCE_JUDGED_RUNS) -name metrics.json | sort)) $(JUDGE_ARGS) || status=$$?; \
 	$(REFERENCE_TABLES) || status=$$?; \
 	$(PY) -m clag.llm.serve stop model=qwen2.5-1.5b $(JUDGE_OVERRIDES); \

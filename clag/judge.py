@@ -10,7 +10,8 @@ itself at its end (``metrics.judge.enabled``).
 With ``--calibrate OUT``, the first RUN_DIR (a LoCoMo run) gives the
 questions of a calibration set of known verdicts
 (:mod:`clag.metrics.judge_calibration`); the judge grades it twice, greedy
-and sampled at another seed, and ``OUT`` receives ``items.jsonl``,
+and sampled at another seed (``--sampled-override`` adds Hydra overrides to
+that pass alone), and ``OUT`` receives ``items.jsonl``,
 ``calibration.json`` (acceptance per prompt and kind, self-agreement, and
 whether each prompt passes the rule that lets its J into the tables) and
 ``calibration.md``.
@@ -22,6 +23,7 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -66,24 +68,42 @@ SAMPLED_ITEMS = 200
 makes ~30 calls a minute, and 200 pairs put kappa within about +-0.1."""
 
 
-def calibrate(run_dir: Path, out: Path, settings: JudgeSettings, llm: LLMClient | None = None) -> dict[str, Any]:
-    """Judge the calibration set of ``run_dir``'s questions twice; write and return ``calibration.json``."""
+def calibrate(
+    run_dir: Path,
+    out: Path,
+    settings: JudgeSettings,
+    llm: LLMClient | None = None,
+    sampled_overrides: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Judge the calibration set of ``run_dir``'s questions twice; write and return ``calibration.json``.
+
+    ``sampled_overrides`` apply to the sampled pass alone: its draws must be independent across items
+    for its agreement to measure the judge's noise, which a served judge that keeps one seed for every
+    request (so that its greedy calls keep their cache keys) gets from ``model.backend.seed_per_prompt=true``.
+    A given ``llm`` serves both passes.
+
+    Raises:
+        ValueError: No question yields an item, or ``sampled_overrides`` come with a given ``llm``.
+    """
     rows = read_jsonl(run_dir / "predictions.jsonl")
     items = calibration.calibration_rows(rows)
     if not items:
         raise ValueError(f"{run_dir}: no question yields a calibration item (a LoCoMo run is needed)")
     name = str(settings.model)
-    if llm is None:
-        llm = named_judge_client(settings)
+    if llm is not None and sampled_overrides:
+        raise ValueError("sampled_overrides build the sampled pass's own judge: give no llm with them")
+    llm = llm or named_judge_client(settings)
+    extended = replace(settings, overrides=(*settings.overrides, *sampled_overrides))
+    sampled_llm = named_judge_client(extended) if sampled_overrides else llm
     unskipped = replace(settings, skip_categories={})
     first, summary = judge_rows(items, llm, unskipped, None, name)
     subset = calibration.sampled_subset(items, SAMPLED_ITEMS)
-    second, _ = judge_rows([items[i] for i in subset], llm, replace(unskipped, **SAMPLED), None, name)
+    second, _ = judge_rows([items[i] for i in subset], sampled_llm, replace(unskipped, **SAMPLED), None, name)
     report: dict[str, Any] = {
         "judge": {key: summary[key] for key in ("model", "params_b", "small", "label", "prompts", "model_identity")},
         "source_run": str(run_dir),
         "items": len(items),
-        "second_run": {**SAMPLED, "items": len(subset)},
+        "second_run": {**SAMPLED, "items": len(subset), "overrides": list(sampled_overrides)},
         "rule": {
             "min_right": calibration.MIN_RIGHT,
             "max_wrong": calibration.MAX_WRONG,
@@ -116,6 +136,10 @@ def _parser() -> argparse.ArgumentParser:
         help="Hydra override of the judge model's config (repeatable), e.g. engine=vllm",
     )
     parser.add_argument("--calibrate", type=Path, metavar="OUT", help="judge the calibration set into OUT instead")
+    parser.add_argument(
+        "--sampled-override", action="append", default=[], metavar="KEY=VALUE",
+        help="Hydra override of the calibration's sampled pass alone (repeatable)",
+    )
     return parser
 
 
@@ -135,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --calibrate needs --model (the judge is not a run's own model here)", file=sys.stderr)
             return 2
         try:
-            report = calibrate(args.run_dirs[0], args.calibrate, settings)
+            report = calibrate(args.run_dirs[0], args.calibrate, settings, sampled_overrides=args.sampled_override)
         except (OSError, ValueError, RuntimeError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -125,6 +125,31 @@ def test_calibrate_writes_the_report_and_applies_the_rule(tmp_path):
     assert "| lenient | other_gold | rejected |" in text and "fails" in text
 
 
+def test_sampled_overrides_reach_the_sampled_pass_alone(tmp_path, monkeypatch):
+    """The reference's served judge keeps one seed for all requests (its greedy calls' cache keys); its
+    sampled pass is built with a seed per prompt, so that its draws are independent across items."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rewrite_jsonl(run / "predictions.jsonl", rows())
+    backends: dict[tuple[str, ...], ScriptedBackend] = {}
+
+    def client(settings: JudgeSettings) -> LLMClient:
+        backends[settings.overrides] = ScriptedBackend(lenient_believer)
+        return LLMClient(backends[settings.overrides], constrained_json=False)
+
+    monkeypatch.setattr("clag.judge.named_judge_client", client)
+    argv = [str(run), "--model", "qwen2.5-1.5b", "--prompts", "lenient", "--calibrate", str(tmp_path / "out"),
+            "--override", "engine=vllm", "--sampled-override", "model.backend.seed_per_prompt=true"]  # fmt: skip
+    assert main(argv) == 0
+    greedy, sampled = backends[("engine=vllm",)], backends[("engine=vllm", "model.backend.seed_per_prompt=true")]
+    assert {config.temperature for _, config in greedy.calls} == {0.0}
+    assert {config.temperature for _, config in sampled.calls} == {0.7} and sampled.calls
+    report = json.loads((tmp_path / "out" / "calibration.json").read_text())
+    assert report["second_run"]["overrides"] == ["model.backend.seed_per_prompt=true"]
+    with pytest.raises(ValueError, match="give no llm"):
+        calibrate(run, tmp_path / "again", JudgeSettings(model="m"), client(JudgeSettings()), ["x=1"])
+
+
 def test_calibrate_without_a_judge_model_is_one_line(tmp_path, capsys):
     assert main([str(tmp_path), "--calibrate", str(tmp_path / "out")]) == 2
     assert "needs --model" in capsys.readouterr().err
