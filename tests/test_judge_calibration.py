@@ -146,6 +146,7 @@ def test_sampled_overrides_reach_the_sampled_pass_alone(tmp_path, monkeypatch):
     assert {config.temperature for _, config in sampled.calls} == {0.7} and sampled.calls
     report = json.loads((tmp_path / "out" / "calibration.json").read_text())
     assert report["second_run"]["overrides"] == ["model.backend.seed_per_prompt=true"]
+    assert "drawn with `model.backend.seed_per_prompt=true`." in (tmp_path / "out" / "calibration.md").read_text()
     with pytest.raises(ValueError, match="give no llm"):
         calibrate(run, tmp_path / "again", JudgeSettings(model="m"), client(JudgeSettings()), ["x=1"])
 

@@ -225,6 +225,11 @@ def separates(kinds: Mapping[str, Mapping[str, Any]], kappa: float | None) -> tu
     return not failed, failed
 
 
+def _drawn_with(overrides: Sequence[str]) -> str:
+    """The sampled pass's own overrides, as a clause: they say whether its draws were independent per item."""
+    return f", drawn with {', '.join(f'`{o}`' for o in overrides)}" if overrides else ""
+
+
 def format_report(report: Mapping[str, Any]) -> str:
     """Markdown: acceptance per prompt and kind with intervals, self-agreement, and the rule's verdict."""
     rule = report["rule"]
@@ -236,7 +241,9 @@ def format_report(report: Mapping[str, Any]) -> str:
         "that called the candidate CORRECT (95% bootstrap interval); unclear verdicts are counted apart. "
         f"Self-agreement: Cohen's kappa of the greedy judge and a second run sampled at temperature "
         f"{report['second_run']['temperature']}, seed {report['second_run']['seed']}, on a fixed sample of "
-        f"{report['second_run']['items']} of the items (the lowest hashes of their ids).",
+        f"{report['second_run']['items']} of the items (the lowest hashes of their ids)"
+        + _drawn_with(report["second_run"].get("overrides", ()))
+        + ".",
         "",
         f"The rule: a prompt's J enters Table 1 and the claims only if it accepts at least {rule['min_right']:.0%} "
         f"of every right kind, at most {rule['max_wrong']:.0%} of every wrong kind, and agrees with itself at "
