@@ -21,6 +21,8 @@ def test_the_grid_is_the_sweepers_params_overridden_by_the_command_line() -> Non
     table9 = grid(["experiment=reference_table9"])
     assert swept(table9) == {"method.system.n_init"}
     assert run_status(table9[0], tuple(swept(table9))).label == "clag / bioasq / n_init=5"  # the swept value named
+    table10 = grid(["experiment=reference_table10"])
+    assert run_status(table10[0], tuple(swept(table10))).label == "clag / bioasq / tau=0.15"  # a decimal value whole
     ablations = grid(["experiment=reference_ablations"])
     assert sorted(r for run in ablations for r in run if r.startswith("+variant=")) == [
         "+variant=global_evolution", "+variant=global_retrieval", "+variant=routing_cosine", "+variant=routing_kmeans"

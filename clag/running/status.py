@@ -111,9 +111,9 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
     }
 
     label = run_label(cfg)
-    extra = [o for o in overrides if o.partition("=")[0] in shown and o.partition("=")[2] not in label]
+    extra = [o.partition("=") for o in overrides if o.partition("=")[0] in shown and o.partition("=")[2] not in label]
     return RunStatus(
-        label + "".join(f" / {o.lstrip('+').rpartition('.')[2]}" for o in extra),
+        label + "".join(f" / {key.lstrip('+').rpartition('.')[2]}={value}" for key, _, value in extra),
         spec.run_dir,
         folder.marker.is_file(),
         finished,
