@@ -111,9 +111,10 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
     }
 
     label = run_label(cfg)
-    extra = [o.partition("=") for o in overrides if o.partition("=")[0] in shown and o.partition("=")[2] not in label]
+    pairs = (override.partition("=") for override in overrides)
+    extra = [(key, value) for key, _, value in pairs if key in shown and value not in label]
     return RunStatus(
-        label + "".join(f" / {key.lstrip('+').rpartition('.')[2]}={value}" for key, _, value in extra),
+        label + "".join(f" / {key.lstrip('+').rpartition('.')[2]}={value}" for key, value in extra),
         spec.run_dir,
         folder.marker.is_file(),
         finished,
