@@ -60,11 +60,6 @@ class ClusterIndex:
         self._ids[cluster].extend(ids)
         self._vectors[cluster] = np.vstack([self._vectors[cluster], matrix])
 
-    def drop_cluster(self, cluster: str) -> None:
-        """Forget a cluster (it was split or emptied)."""
-        self._ids.pop(cluster, None)
-        self._vectors.pop(cluster, None)
-
     def search(self, query: np.ndarray, k: int, clusters: Sequence[str]) -> list[tuple[str, float]]:
         """Top-``k`` ids by cosine over the members of ``clusters``, best first.
 

@@ -104,19 +104,17 @@ class RunSpec:
         cfg: The composed config.
         run_dir: ``run_dir`` when given, else the hash-named folder under the runs folder.
         config_hash: :func:`hash_config` of the resolved config.
-        explicit_dir: Whether the user named the folder (only then can it hold another config's run).
     """
 
     cfg: DictConfig
     run_dir: Path
     config_hash: str
-    explicit_dir: bool = False
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> RunSpec:
         config_hash = hash_config(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))
         if cfg.get("run_dir"):
-            return cls(cfg=cfg, run_dir=Path(cfg.run_dir), config_hash=config_hash, explicit_dir=True)
+            return cls(cfg=cfg, run_dir=Path(cfg.run_dir), config_hash=config_hash)
         run_dir = (
             Path(cfg.paths.runs_dir)
             / cfg.exp
@@ -126,7 +124,3 @@ class RunSpec:
             / f"seed{cfg.seed}-{config_hash[:8]}"
         )
         return cls(cfg=cfg, run_dir=run_dir, config_hash=config_hash)
-
-    def hashed_config(self) -> dict[str, Any]:
-        """:func:`hashed_view` of this spec's resolved config."""
-        return hashed_view(OmegaConf.to_container(self.cfg, resolve=True, throw_on_missing=False))
