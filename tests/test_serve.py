@@ -81,3 +81,23 @@ def test_the_whitespace_setting_joins_the_identity_only_when_set() -> None:
     plain = OpenAICompatibleBackend("http://x", "m", dtype="bfloat16").identity()
     strict = OpenAICompatibleBackend("http://x", "m", dtype="bfloat16", disable_any_whitespace=True).identity()
     assert "disable_any_whitespace" not in plain and strict == {**plain, "disable_any_whitespace": True}
+
+
+def test_a_restart_appends_to_the_log_and_keeps_the_last_servers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two servers of one name in turn (the reference's, then the test suite's) share one log file."""
+    fake_python = tmp_path / "venv" / "bin" / "python"
+    fake_python.parent.mkdir(parents=True)
+    fake_python.write_text('#!/bin/sh\necho "engine died: $*"\nexit 3\n')
+    fake_python.chmod(0o755)
+    monkeypatch.setattr(serve, "state_dir", lambda: tmp_path)
+    monkeypatch.setattr(serve, "install", lambda: fake_python)
+    monkeypatch.setattr(serve, "model_location", lambda weights: weights)
+    spec = ServerSpec.from_model_config(compose_config(["engine=vllm"]).model)
+    for port in (5001, 5002):
+        with pytest.raises(serve.ServeError, match=f"engine died: .*--port {port}"):
+            serve.start(spec, port=port)
+    log = (tmp_path / f"{spec.name}.log").read_text()
+    assert log.count("starting vLLM") == 2
+    assert log.index("--port 5001") < log.index("on port 5002") < log.index("--port 5002")

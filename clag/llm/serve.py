@@ -19,7 +19,8 @@ float32 checkpoint and tokenizer files that the transformers backend
 memoises beside the GGUF (:func:`dequantized_checkpoint`,
 :func:`load_gguf_tokenizer`). One JSON state file per served model name
 (pid, port, dtype, log) lets other processes find the server; its log goes
-to a file next to it.
+to a file next to it, appended to at each start so that a restart (the test
+suite's own server has the reference server's name) keeps the last one's.
 
 CLI (Hydra overrides select the model, the engine is always vLLM)::
 
@@ -474,7 +475,10 @@ def start(spec: ServerSpec, timeout_s: float = 600, port: int | None = None) -> 
     ]  # fmt: skip
     log_path = state_dir() / f"{spec.name.replace('/', '--')}.log"
     log.info("starting vLLM (%s, %s) on port %d; log: %s", spec.name, dtype, port, log_path)
-    with log_path.open("w") as log_file:
+    with log_path.open("a") as log_file:  # appended: a restart under the same name keeps the last server's log
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        log_file.write(f"\n==== {started} starting vLLM ({spec.name}, {dtype}) on port {port}\n")
+        log_file.flush()
         process = subprocess.Popen(
             command,
             stdout=log_file,
