@@ -67,6 +67,21 @@ def stream_prompts(data_dir: str | Path, count: int) -> list[str]:
     raise ValueError(f"LoCoMo holds fewer than {count} windows of {WINDOW_TURNS} turns")
 
 
+def timed_generate(backend: LLMBackend, prompts: Sequence[str], config: GenerationConfig) -> dict[str, Any]:
+    """One timed ``generate`` call: its tokens, seconds, generated tokens/s and the load average after it."""
+    start = time.perf_counter()
+    completions = backend.generate(list(prompts), config)
+    seconds = time.perf_counter() - start
+    tokens = sum(c.completion_tokens for c in completions)
+    return {
+        "prompt_tokens": sum(c.prompt_tokens for c in completions),
+        "completion_tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "loadavg_1m": os.getloadavg()[0],
+    }
+
+
 def stream_throughput(
     backend: LLMBackend, prompts: Sequence[str], streams: Sequence[int] = STREAMS
 ) -> list[dict[str, Any]]:
@@ -86,22 +101,8 @@ def stream_throughput(
     for n in streams:
         if hasattr(backend, "batch_size"):
             backend.batch_size = n
-        batch = list(prompts[offset : offset + n])
+        rows.append({"streams": n, **timed_generate(backend, prompts[offset : offset + n], config)})
         offset += n
-        start = time.perf_counter()
-        completions = backend.generate(batch, config)
-        seconds = time.perf_counter() - start
-        tokens = sum(c.completion_tokens for c in completions)
-        rows.append(
-            {
-                "streams": n,
-                "prompt_tokens": sum(c.prompt_tokens for c in completions),
-                "completion_tokens": tokens,
-                "seconds": seconds,
-                "tokens_per_s": tokens / seconds,
-                "loadavg_1m": os.getloadavg()[0],
-            }
-        )
     for row in rows:
         row["vs_1_stream"] = row["tokens_per_s"] / rows[0]["tokens_per_s"]
     return rows

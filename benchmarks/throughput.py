@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.engines import render_engine_section, run_engines, timed_generate
 from clag.hardware import cpu_model_and_flags
 from clag.llm.base import Completion, GenerationConfig, LLMBackend
 
@@ -207,19 +208,7 @@ def llm_throughput(
     samples: dict[int, list[dict[str, Any]]] = {size: [] for size in batch_sizes}
     for round_ in range(rounds):
         for size in batch_sizes if round_ % 2 == 0 else list(reversed(batch_sizes)):
-            start = time.perf_counter()
-            completions = backend.generate(list(prompts[:size]), config)
-            seconds = time.perf_counter() - start
-            tokens = sum(c.completion_tokens for c in completions)
-            samples[size].append(
-                {
-                    "prompt_tokens": sum(c.prompt_tokens for c in completions),
-                    "completion_tokens": tokens,
-                    "seconds": seconds,
-                    "tokens_per_s": tokens / seconds,
-                    "loadavg_1m": os.getloadavg()[0],
-                }
-            )
+            samples[size].append(timed_generate(backend, prompts[:size], config))
     rows = []
     for size in batch_sizes:
         best = max(samples[size], key=lambda sample: sample["tokens_per_s"])
@@ -721,8 +710,6 @@ def render_report(results: dict[str, Any]) -> str:
     if "methods" in results:
         lines += harness_report(results)
     if results.get("engines"):
-        from benchmarks.engines import render_engine_section
-
         lines += render_engine_section(results["engines"], markdown_table)
     return "\n".join(lines)
 
@@ -877,8 +864,6 @@ def run_benchmark(
         if "engines" in sections:
             parts |= {"engine-demo", "engine-streams"}
         if parts:  # last: its bf16 row loads a second model, which the harness must not count
-            from benchmarks.engines import run_engines
-
             results["engines"] = run_engines(
                 os.environ["CLAG_DATA_DIR"],
                 Path(workdir) / "engines",
