@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -87,14 +88,21 @@ def test_committed_reference_cache_is_small_and_readable() -> None:
             assert len(key) == 64 and completion.completion_tokens >= 0
 
 
+@cache
+def _swept_values(experiment: str, key: str) -> list[float]:
+    """The values ``experiment``'s multirun sweeps ``key`` over (its ``hydra.sweeper.params``)."""
+    return [float(v) for v in str(_compose([f"experiment={experiment}"]).hydra.sweeper.params[key]).split(",")]
+
+
 def _sensitivity_overrides(committed) -> list[str]:
     """The command that made a Table 9/10 run (its folder sits beside the corrected CLAG run's): the
     sensitivity experiment whose sweep holds the run's value, or [] for any other run. Only a swept
     value is pinned, so a changed default still moves the default run's hash and fails the test."""
+    if committed.method.name != "clag":
+        return []
     for experiment, key in (("reference_table9", "method.system.n_init"), ("reference_table10", "method.system.tau")):
-        swept = _compose([f"experiment={experiment}"]).hydra.sweeper.params[key]
         value = OmegaConf.select(committed, key)
-        if committed.method.name == "clag" and value in [float(v) for v in str(swept).split(",")]:
+        if value in _swept_values(experiment, key):
             return [f"experiment={experiment}", "method=clag", f"dataset={committed.dataset.name}", f"{key}={value}"]
     return []
 
