@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from functools import cache
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -88,39 +87,29 @@ def test_committed_reference_cache_is_small_and_readable() -> None:
             assert len(key) == 64 and completion.completion_tokens >= 0
 
 
-@cache
-def _swept_values(experiment: str, key: str) -> list[float]:
-    """The values ``experiment``'s multirun sweeps ``key`` over (its ``hydra.sweeper.params``)."""
-    return [float(v) for v in str(_compose([f"experiment={experiment}"]).hydra.sweeper.params[key]).split(",")]
-
-
-def _sensitivity_overrides(committed) -> list[str]:
-    """The command that made a Table 9/10 run (its folder sits beside the corrected CLAG run's): the
-    sensitivity experiment whose sweep holds the run's value, or [] for any other run. Only a swept
-    value is pinned, so a changed default still moves the default run's hash and fails the test."""
-    if committed.method.name != "clag":
-        return []
-    for experiment, key in (("reference_table9", "method.system.n_init"), ("reference_table10", "method.system.tau")):
-        value = OmegaConf.select(committed, key)
-        if value in _swept_values(experiment, key):
-            return [f"experiment={experiment}", "method=clag", f"dataset={committed.dataset.name}", f"{key}={value}"]
-    return []
-
-
 def test_every_committed_reference_run_folder_is_the_one_its_config_names_today() -> None:
     """A change to the run hash (a new config key, say) would orphan the committed runs: a fresh
     clone's ``make reference`` would start them over. Such a change must rename them or leave
     the key out of the hash (clag/running/spec.py, UNHASHED)."""
     from clag.running.spec import RunSpec
+    from clag.running.status import grid
 
+    # Table 9/10's runs sit beside the corrected CLAG run and differ from it only by their sweep's value:
+    # their folders are the ones their grids name, expanded as `clag.run -m` expands them.
+    sensitivity = {
+        (ROOT / RunSpec.from_config(compose_config(run)).run_dir).resolve()
+        for experiment in ("reference_table9", "reference_table10")
+        for run in grid([f"experiment={experiment}"])
+    }
     runs = ROOT / "results" / "reference" / "runs"
     for marker in sorted(runs.glob("reference*/*/*/*/*/run.json")):
+        if marker.parent.resolve() in sensitivity:
+            continue
         committed = OmegaConf.load(marker.parent / "config.yaml")
         overrides = [f"experiment={committed.exp}", f"method={committed.method.name}",
                      f"dataset={committed.dataset.name}"]
         variant = committed.get("variant_name")
         overrides += [f"+variant={variant}"] if variant else []
         overrides += [f"limit.items={committed.limit['items']}"] if committed.exp == "reference_growth" else []
-        overrides = _sensitivity_overrides(committed) or overrides
         expected = RunSpec.from_config(compose_config(overrides)).run_dir
         assert (ROOT / expected).resolve() == marker.parent.resolve(), f"{marker.parent} is now {expected}"
