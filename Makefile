@@ -10,32 +10,12 @@ export CLAG_DATA_DIR ?= $(abspath data)
 DATA_SOURCE ?=
 # Where `make tables` writes (gitignored); `make demo` writes results/demo/
 TABLES_DIR ?= results/tables
-# The reference run's folder (committed: run folders, tables, call-cache shards) and extra overrides
+# The reference run's folder (committed: run folders, tables, call-cache shards) and extra overrides; its sweeps,
+# their order and the grids they cover are in clag/running/reference.py
 REFERENCE := results/reference
 REFERENCE_ARGS ?=
 # Where `make reference-replay` replays the reference runs (scratch: run folders and a cache from the shards)
 REFERENCE_REPLAY ?= /tmp/clag-reference-replay
-# Memory growth (issue 30): RAG, A-mem and CLAG on two whole conversations at ingestion checkpoints, in
-# ascending order, so each replays the one before from the cache and pays only for the new turns
-GROWTH_GRIDS := "experiment=reference_growth limit.items=150" "experiment=reference_growth limit.items=300" \
-	"experiment=reference_growth limit.items=1000"
-# Its sweeps, in order (results do not depend on it). The first reference (finished 2026-12-02: CLAG and
-# its two closest baselines first, then the other runs, then the ablations) and the calling-convention
-# experiment (results/reference/conventions/) replay from the committed calls. Then the reference under
-# the corrected conventions (issue 29): LoCoMo's RAG, A-mem and CLAG first, the verdict's core; then memory
-# growth (the paper's central claim, and its first 150 turns are the core's); then the other corrected runs;
-# then CLAG and A-mem with the authors' code settings (the costliest grid: sampled, 1000-token budgets on
-# every call, no retry); then the ablations and sensitivity sweeps
-REFERENCE_SWEEPS := "experiment=reference method=rag,amem,clag" experiment=reference experiment=reference_ablations \
-	experiment=reference_conventions "experiment=reference_corrected dataset=locomo method=rag,amem,clag" \
-	$(GROWTH_GRIDS) experiment=reference_corrected experiment=reference_authors_code \
-	experiment=reference_corrected_ablations experiment=reference_table9 experiment=reference_table10
-# (then Table 6 on the larger stand-in, experiment=reference_table6, on its own server)
-# Its grids, as `make reference-status` and `make reference-replay` walk them
-REFERENCE_GRIDS := experiment=reference experiment=reference_ablations experiment=reference_conventions \
-	experiment=reference_corrected experiment=reference_authors_code $(GROWTH_GRIDS) \
-	experiment=reference_corrected_ablations experiment=reference_table9 experiment=reference_table10 \
-	experiment=reference_table6
 # The runs the committed tables and findings are rendered from: the first reference's, until the corrected
 # re-run has finished (meanwhile findings_corrected.md and tables_corrected/ (Tables 1, 3) hold the corrected runs
 # finished so far)
@@ -117,13 +97,11 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
 	$(PY) -m clag.llm.serve start experiment=reference_corrected
 	status=0; \
-	for sweep in $(REFERENCE_SWEEPS); do \
-		$(PY) -m clag.run -m $$sweep $(REFERENCE_ARGS) || { status=$$?; break; }; \
-	done; \
+	$(PY) -m clag.running.reference $(REFERENCE_ARGS) || status=$$?; \
 	$(PY) -m clag.llm.serve stop experiment=reference_corrected; \
 	if [ $$status = 0 ]; then \
 		$(PY) -m clag.llm.serve start experiment=reference_table6 && \
-		$(PY) -m clag.run -m experiment=reference_table6 $(REFERENCE_ARGS) || status=$$?; \
+		$(PY) -m clag.running.reference --larger-backbone $(REFERENCE_ARGS) || status=$$?; \
 		$(PY) -m clag.llm.serve stop experiment=reference_table6; \
 	fi; \
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
@@ -170,15 +148,10 @@ reference-judge: install vllm model-1.5b ## The reference's judge: calibration, 
 	exit $$status
 
 reference-status: install ## How far the reference run is: each run finished, half way or not started (read-only)
-	@for grid in $(REFERENCE_GRIDS); do \
-		$(PY) -m clag.running.status $$grid $(REFERENCE_ARGS) && echo || exit 1; \
-	done
+	@$(PY) -m clag.running.status --reference $(REFERENCE_ARGS)
 
 reference-replay: install ## Replay every finished reference run from the committed calls alone (no model) and compare predictions
-	status=0; \
-	for grid in $(REFERENCE_GRIDS); do \
-		$(PY) -m clag.running.replay --shards $(REFERENCE)/llm_cache --scratch $(REFERENCE_REPLAY) $$grid $(REFERENCE_ARGS) || status=1; \
-	done; exit $$status
+	$(PY) -m clag.running.replay --shards $(REFERENCE)/llm_cache --scratch $(REFERENCE_REPLAY) --reference $(REFERENCE_ARGS)
 
 test: install vllm ## The test suite (real offline model and one real vLLM server included; 9-10 min on 2 cores)
 	$(PY) -m pytest -q -m "not slow" --durations=15

@@ -87,29 +87,47 @@ def test_committed_reference_cache_is_small_and_readable() -> None:
             assert len(key) == 64 and completion.completion_tokens >= 0
 
 
-def test_every_committed_reference_run_folder_is_the_one_its_config_names_today() -> None:
+def test_every_committed_reference_run_folder_is_one_a_reference_grid_names_today() -> None:
     """A change to the run hash (a new config key, say) would orphan the committed runs: a fresh
     clone's ``make reference`` would start them over. Such a change must rename them or leave
     the key out of the hash (clag/running/spec.py, UNHASHED)."""
+    from clag.running.reference import GRIDS
     from clag.running.spec import RunSpec
     from clag.running.status import grid
 
-    # Table 9/10's runs sit beside the corrected CLAG run and differ from it only by their sweep's value:
-    # their folders are the ones their grids name, expanded as `clag.run -m` expands them.
-    sensitivity = {
-        (ROOT / RunSpec.from_config(compose_config(run)).run_dir).resolve()
-        for experiment in ("reference_table9", "reference_table10")
-        for run in grid([f"experiment={experiment}"])
+    named = {(ROOT / RunSpec.from_config(compose_config(run)).run_dir).resolve() for g in GRIDS for run in grid(g)}
+    committed = {  # runs/ and conventions/, not the superseded runs kept for their timings
+        marker.parent.resolve()
+        for marker in (ROOT / "results/reference").glob("*/*/*/*/*/*/run.json")
+        if marker.parts[-7] != "runs_superseded"
     }
-    runs = ROOT / "results" / "reference" / "runs"
-    for marker in sorted(runs.glob("reference*/*/*/*/*/run.json")):
-        if marker.parent.resolve() in sensitivity:
-            continue
-        committed = OmegaConf.load(marker.parent / "config.yaml")
-        overrides = [f"experiment={committed.exp}", f"method={committed.method.name}",
-                     f"dataset={committed.dataset.name}"]
-        variant = committed.get("variant_name")
-        overrides += [f"+variant={variant}"] if variant else []
-        overrides += [f"limit.items={committed.limit['items']}"] if committed.exp == "reference_growth" else []
-        expected = RunSpec.from_config(compose_config(overrides)).run_dir
-        assert (ROOT / expected).resolve() == marker.parent.resolve(), f"{marker.parent} is now {expected}"
+    assert committed and not committed - named, f"no reference grid names {sorted(committed - named)}"
+
+
+def test_make_reference_runs_every_run_the_grids_name() -> None:
+    """`make reference-status` walks the grids; `make reference` runs the sweeps: none may be left out."""
+    from clag.running.reference import GRIDS, LARGER_BACKBONE, SWEEPS
+    from clag.running.status import grid
+
+    def runs(sweeps: tuple[tuple[str, ...], ...]) -> set[frozenset[str]]:
+        return {frozenset(run) for sweep in sweeps for run in grid(sweep)}
+
+    assert runs(GRIDS) == runs((*SWEEPS, LARGER_BACKBONE))
+
+
+def test_make_reference_runs_the_sweeps_in_order_and_stops_at_the_first_failure(monkeypatch) -> None:
+    import subprocess
+
+    from clag.running import reference
+
+    commands: list[list[str]] = []
+
+    def run(command: list[str]) -> subprocess.CompletedProcess[str]:
+        commands.append(command[4:])  # after `python -m clag.run -m`
+        return subprocess.CompletedProcess(command, 3 if len(commands) == 2 else 0)
+
+    monkeypatch.setattr(reference.subprocess, "run", run)
+    assert reference.main(["hydra.launcher.n_jobs=2"]) == 3
+    assert commands == [[*sweep, "hydra.launcher.n_jobs=2"] for sweep in reference.SWEEPS[:2]]
+    commands.clear()
+    assert reference.main(["--larger-backbone"]) == 0 and commands == [list(reference.LARGER_BACKBONE)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from clag.config import compose_config
 from clag.data import load_slice
 from clag.running.episode import note_progress
@@ -73,3 +75,12 @@ def test_no_data_folder_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
     assert main(["experiment=reference_conventions"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no data directory") and "\n" not in err
+
+
+def test_no_sweep_is_a_usage_error_and_reference_walks_every_grid(monkeypatch, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([])
+    assert exited.value.code == 2 and "--reference" in capsys.readouterr().err
+    monkeypatch.delenv("CLAG_DATA_DIR", raising=False)  # the first grid stops at its data: one line, exit 2
+    assert main(["--reference"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: no data directory")

@@ -18,6 +18,7 @@ kept: running the same command again compares the finished ones without
 replaying them.
 
     python -m clag.running.replay --shards results/reference/llm_cache --scratch /tmp/replay experiment=reference
+    python -m clag.running.replay --shards results/reference/llm_cache --scratch /tmp/replay --reference
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from clag.llm.cache_shards import import_shards
 from clag.records.files import read_jsonl
 from clag.running.folder import RunFolder
 from clag.running.spec import RunSpec
-from clag.running.status import grid, run_label
+from clag.running.status import add_grid_arguments, grid, grids_of, run_label
 
 
 @dataclass(frozen=True)
@@ -110,13 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clag.running.replay", description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=Path, required=True, help="the recorded calls: a folder of cache shards")
     parser.add_argument("--scratch", type=Path, required=True, help="where the replayed runs and their cache go")
-    parser.add_argument("overrides", nargs="+", help="the sweep's overrides, as given to python -m clag.run -m")
+    add_grid_arguments(parser)
     args = parser.parse_args(argv)
+    sweeps = grids_of(parser, args)
     cache = CallCache(args.scratch / "llm_cache.sqlite")
     imported = import_shards(cache, args.shards)
     print(f"{imported} recorded calls from {args.shards} in {cache.path}", flush=True)
     replays = []
-    for run in grid(args.overrides):
+    for run in (run for sweep in sweeps for run in grid(sweep)):
         replay = replay_run(run, args.scratch)
         if replay is not None:
             print(f"{replay.label}: {replay.verdict}", flush=True)

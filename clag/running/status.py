@@ -10,8 +10,8 @@ that config's hash, or with a memory snapshot an earlier run saved that it
 loads instead) and the questions answered against what the slice holds. It never
 writes: a run may be appending to the same files.
 
-    python -m clag.running.status experiment=reference
     python -m clag.running.status experiment=reference_ablations
+    python -m clag.running.status --reference    # every grid of the reference run
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from clag.config import compose_config
 from clag.data import DatasetError, load_slice
 from clag.records.files import read_jsonl
 from clag.running.folder import RunFolder
+from clag.running.reference import GRIDS
 from clag.running.snapshots import find_snapshot
 from clag.running.spec import RunSpec
 
@@ -142,17 +143,31 @@ def report(statuses: Sequence[RunStatus]) -> str:
     return "\n".join(lines)
 
 
+def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
+    """A sweep's overrides, or ``--reference`` for every grid of the reference run (with the overrides added)."""
+    parser.add_argument("--reference", action="store_true", help="every grid of clag.running.reference.GRIDS")
+    parser.add_argument("overrides", nargs="*", help="the sweep's overrides, as given to python -m clag.run -m")
+
+
+def grids_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[list[str]]:
+    """The sweeps :func:`add_grid_arguments` named, each as its overrides."""
+    if not (args.reference or args.overrides):
+        parser.error("give a sweep's overrides, or --reference")
+    return [[*sweep, *args.overrides] for sweep in GRIDS] if args.reference else [args.overrides]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clag.running.status", description=__doc__.splitlines()[0])
-    parser.add_argument("overrides", nargs="+", help="the sweep's overrides, as given to python -m clag.run -m")
+    add_grid_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        runs = grid(args.overrides)
-        statuses = [run_status(run, tuple(swept(runs))) for run in runs]
-    except DatasetError as err:  # no data folder, a missing or damaged file: one line, as the runner says it
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(report(statuses))
+    for sweep in grids_of(parser, args):
+        try:
+            runs = grid(sweep)
+            statuses = [run_status(run, tuple(swept(runs))) for run in runs]
+        except DatasetError as err:  # no data folder, a missing or damaged file: one line, as the runner says it
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"## {' '.join(sweep)}\n\n{report(statuses)}\n", flush=True)
     return 0
 
 
