@@ -64,6 +64,7 @@ GRIDS: tuple[tuple[str, ...], ...] = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the sweeps in order; stop at the first that fails and return its exit status."""
     parser = argparse.ArgumentParser(prog="python -m clag.running.reference", description=__doc__.splitlines()[0])
     parser.add_argument("--larger-backbone", action="store_true", help="run Table 6's sweep (on its own server)")
     parser.add_argument("overrides", nargs="*", help="added to every sweep, e.g. hydra.launcher.n_jobs=2")
