@@ -84,3 +84,12 @@ def test_no_sweep_is_a_usage_error_and_reference_walks_every_grid(monkeypatch, c
     monkeypatch.delenv("CLAG_DATA_DIR", raising=False)  # the first grid stops at its data: one line, exit 2
     assert main(["--reference"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: no data directory")
+
+    from clag.running import status
+    from clag.running.reference import GRIDS
+
+    walked: list[list[str]] = []
+    monkeypatch.setattr(status, "grid", lambda sweep: walked.append(sweep) or [])
+    assert main(["--reference", "seed=1"]) == 0
+    assert walked == [[*sweep, "seed=1"] for sweep in GRIDS]
+    assert capsys.readouterr().out.count("## experiment=") == len(GRIDS)
