@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -342,6 +343,16 @@ def test_judge_reply_parsing(runs_dir: Path) -> None:
     tables = cases.build_cases(find_runs(runs_dir), load_defaults(), broken, {14})
     counts = tables[0].ours.set_index("Pattern")["Count"]
     assert counts[cases.UNCLASSIFIED] == 2 and counts.sum() == 2
+
+
+def test_max_failures_bounds_the_judged_failures_and_zero_judges_every_one(runs_dir: Path) -> None:
+    """The runs fixture has two CLAG failures: a bound of 1 judges one and says so; 0 judges both."""
+    defaults = load_defaults()
+    for bound, judged, words in [(1, 1, "2 CLAG answers with token F1 < 0.5; 1 of them (spread evenly)"),
+                                 (0, 2, "2 CLAG answers with token F1 < 0.5; every one classified")]:
+        bounded = replace(defaults, cases={**defaults.cases, "max_failures": bound})
+        table = cases.build_cases(find_runs(runs_dir), bounded, None, {14})[0]
+        assert table.ours["Count"].sum() == judged and words in table.caption
 
 
 def test_cluster_snapshot_and_specs(runs_dir: Path) -> None:

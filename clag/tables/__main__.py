@@ -5,6 +5,7 @@
     python -m clag.tables --runs /data/runs --out /tmp/tables --only 1 2 10
     python -m clag.tables --judge none                  # Tables 13-14 without the LLM judge
     python -m clag.tables --stand-in qwen3-0.6b=my-model
+    python -m clag.tables --only 13 14 --max-failures 0  # the failure judge on every CLAG failure
 
 The runs folder defaults to ``$CLAG_RUNS_DIR`` or ``runs``, as the runner's. Both
 ``results/tables/`` and ``results/demo/`` are gitignored, so rendering never dirties
@@ -49,6 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Hydra override of the failure judge's model config (repeatable), e.g. engine=vllm",
     )
     parser.add_argument(
+        "--max-failures",
+        type=int,
+        metavar="N",
+        help="CLAG failures Tables 13-14 send to the judge, spread evenly; 0 = every one (default: from the specs)",
+    )
+    parser.add_argument(
         "--run-dataset",
         action="append",
         default=[],
@@ -79,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs.is_dir():
         log.warning("no runs folder at %s: every table will show only the paper's numbers", args.runs)
     defaults = _with_stand_ins(specs.load_defaults(), args.stand_in)
+    if args.max_failures is not None:
+        defaults = replace(defaults, cases={**defaults.cases, "max_failures": args.max_failures})
     judge = judge_from_settings(defaults, args.judge, args.judge_override)
     run_datasets = {int(number): dataset for number, _, dataset in (p.partition("=") for p in args.run_dataset)}
     written = render_all(

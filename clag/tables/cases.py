@@ -385,8 +385,8 @@ def definition_check(name: str, failures: list[Failure]) -> str:
 
 
 def _spread(items: list[Failure], limit: int) -> list[Failure]:
-    """At most ``limit`` failures spread evenly over the run (so all categories of questions appear)."""
-    if len(items) <= limit:
+    """At most ``limit`` failures spread evenly over the run (so all categories of questions appear); 0 = all."""
+    if limit <= 0 or len(items) <= limit:
         return items
     step = len(items) / limit
     return [items[int(i * step)] for i in range(limit)]
@@ -442,8 +442,8 @@ def tables13_14(runs: dict[str, RunRecord], judge: Judge | None, threshold: floa
     if judge and judge.llm:
         who = f"an LLM judge, the {model_label(judge.name)['label']}"
     scope = (
-        f"{len(every)} CLAG answers with token F1 < {threshold:g}; {total} of them (spread evenly) "
-        f"classified by {who}, "
+        f"{len(every)} CLAG answers with token F1 < {threshold:g}; "
+        f"{'every one' if total == len(every) else f'{total} of them (spread evenly)'} classified by {who}, "
         "prompted with the question, the gold answer, CLAG's answer, the profiles of the clusters it was routed to "
         "and picked, and the best baseline's answer. The paper does not describe how its N=238 failures were "
         "classified; its classification may have been manual, so the shares are not directly comparable."
