@@ -32,6 +32,18 @@ def test_a_user_set_reserved_core_count_wins(monkeypatch: pytest.MonkeyPatch) ->
     assert server_env(Path("/nonexistent"), 2, reserved_cpus=0)["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "3"
 
 
+def test_a_cpu_server_waits_for_a_long_step_unless_the_user_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full 32k-token prefill step outlasts vLLM's 300 s on 2 cores; a GPU keeps vLLM's own timeout."""
+    monkeypatch.delenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", raising=False)
+    monkeypatch.setattr(serve, "has_gpu", lambda: False)
+    assert server_env(Path("/nonexistent"), 2)["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3600"
+    monkeypatch.setenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "600")
+    assert server_env(Path("/nonexistent"), 2)["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "600"
+    monkeypatch.delenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS")
+    monkeypatch.setattr(serve, "has_gpu", lambda: True)
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in server_env(Path("/nonexistent"), 2)
+
+
 def test_chunked_prefill_is_off_on_a_cpu_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(serve, "has_gpu", lambda: False)
     assert scheduler_args(None, 32768) == ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "32768"]

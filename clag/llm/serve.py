@@ -425,14 +425,23 @@ def scheduler_args(chunked_prefill: bool | None, max_model_len: int) -> list[str
     return [] if enabled else ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max_model_len)]
 
 
+# How long one engine step may take on a CPU before vLLM declares its engine dead (vLLM's own: 300 s).
+# Without chunked prefill a step prefills every waiting prompt up to the step budget (32,768 tokens in
+# the reference): on 2 cores that is minutes. 27-32 requests arriving at once (a run resuming through its
+# cached calls) made one step outlast 300 s, and vLLM killed its engine mid-run ("RPC call to
+# execute_model timed out", AMD EPYC, 2026-12-07).
+CPU_STEP_TIMEOUT_S = 3600
+
+
 def server_env(venv: Path, kv_cache_gib: float, reserved_cpus: int | None = None) -> dict[str, str]:
-    """The server's environment: KV-cache size, reserved cores, preloads, no telemetry."""
+    """The server's environment: KV-cache size, reserved cores, a CPU's step timeout, preloads, no telemetry."""
     env = dict(os.environ)
     env.update(VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     if not has_gpu():
         reserved = default_reserved_cpus() if reserved_cpus is None else reserved_cpus
         if reserved is not None:
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(reserved))  # the user's own setting wins
+        env.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", str(CPU_STEP_TIMEOUT_S))
         preload = [
             path for path in (tcmalloc_path(), str(venv / "lib" / "libiomp5.so")) if path and Path(path).exists()
         ]
