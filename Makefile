@@ -17,7 +17,7 @@ REFERENCE_ARGS ?=
 # Where `make reference-replay` replays the reference runs (scratch: run folders and a cache from the shards)
 REFERENCE_REPLAY ?= /tmp/clag-reference-replay
 # The runs the committed tables and findings are rendered from: the first reference's, until the corrected
-# re-run has finished (meanwhile findings_corrected.md and tables_corrected/ (Tables 1, 3) hold the corrected runs
+# re-run has finished (meanwhile findings_corrected.md and tables_corrected/ (Tables 1, 3, 13, 14) hold the corrected runs
 # finished so far)
 REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
 # Runs a newer setting superseded, kept for what their re-runs from the cache cannot measure: the first corrected
@@ -111,7 +111,7 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 		--out $(REFERENCE)/findings.md
 	$(PY) -m clag.tables.findings $(REFERENCE)/runs/reference_corrected --previous $(REFERENCE)/runs/reference \
 		--out $(REFERENCE)/findings_corrected.md
-	$(PY) -m clag.tables --runs $(REFERENCE)/runs/reference_corrected --out $(REFERENCE)/tables_corrected --only 1 3
+	$(REFERENCE_CORRECTED_TABLES)
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
 	$(PY) -m clag.tables.growth $(REFERENCE_GROWTH_RUNS) --out $(REFERENCE)/growth.md
@@ -131,9 +131,13 @@ JUDGE_CALIBRATION_RUN ?= $(REFERENCE)/runs/reference/locomo/rag/qwen2.5-0.5b/see
 REFERENCE_JUDGED_RUNS ?= $(REFERENCE)/runs/reference_corrected
 # The reference's tables in one rendering (one index); Tables 13-14's failure judge answers from the cache where
 # `make reference-judge` has run it (a failure it has not seen needs its server: else that table stays unclassified)
+REFERENCE_TABLE_JUDGE := --judge qwen2.5-1.5b $(foreach o,$(JUDGE_CLIENT_OVERRIDES),--judge-override $(o))
 REFERENCE_TABLES = $(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables \
-	--only 1 3 4 5 7 12 13 14 15 16 --judge qwen2.5-1.5b \
-	$(foreach o,$(JUDGE_CLIENT_OVERRIDES),--judge-override $(o))
+	--only 1 3 4 5 7 12 13 14 15 16 $(REFERENCE_TABLE_JUDGE)
+# The corrected runs finished so far, until they replace the first reference's in $(REFERENCE)/tables: Tables 1
+# and 3, and Tables 13-14 with the failure judge on every one of CLAG's failures, not a sample
+REFERENCE_CORRECTED_TABLES = $(PY) -m clag.tables --runs $(REFERENCE)/runs/reference_corrected \
+	--out $(REFERENCE)/tables_corrected --only 1 3 13 14 --max-failures 0 $(REFERENCE_TABLE_JUDGE)
 
 reference-judge: install vllm model-1.5b ## The reference's judge: calibration, J of every corrected reference run, Tables 13-14's failure judge (1.5B, hours on 2 cores)
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
@@ -143,6 +147,7 @@ reference-judge: install vllm model-1.5b ## The reference's judge: calibration, 
 		--sampled-override model.backend.seed_per_prompt=true || status=$$?; \
 	$(PY) -m clag.judge $$(dirname $$(find $(REFERENCE_JUDGED_RUNS) -name metrics.json | sort)) $(JUDGE_ARGS) || status=$$?; \
 	$(REFERENCE_TABLES) || status=$$?; \
+	$(REFERENCE_CORRECTED_TABLES) || status=$$?; \
 	$(PY) -m clag.llm.serve stop model=qwen2.5-1.5b $(JUDGE_OVERRIDES); \
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
 	exit $$status
