@@ -427,8 +427,8 @@ def scheduler_args(chunked_prefill: bool | None, max_model_len: int) -> list[str
 
 # How long one engine step may take on a CPU before vLLM declares its engine dead (vLLM's own: 300 s).
 # Without chunked prefill a step prefills every waiting prompt up to the step budget (32,768 tokens in
-# the reference): on 2 cores that is minutes. 27-32 requests arriving at once (a run resuming through its
-# cached calls) made one step outlast 300 s, and vLLM killed its engine mid-run ("RPC call to
+# the reference): on 2 cores that is minutes. 27-32 requests arriving at once (three sweeps resuming
+# together) made one step outlast 300 s, and vLLM killed its engine mid-run ("RPC call to
 # execute_model timed out", AMD EPYC, 2026-12-07).
 CPU_STEP_TIMEOUT_S = 3600
 
