@@ -10,6 +10,7 @@ import pytest
 from clag.config import compose_config
 from clag.data import load_slice
 from clag.running.episode import note_progress
+from clag.running.reference import GRIDS
 from clag.running.snapshots import snapshot_key
 from clag.running.spec import RunSpec
 from clag.running.status import grid, main, report, run_status, swept
@@ -85,11 +86,8 @@ def test_no_sweep_is_a_usage_error_and_reference_walks_every_grid(monkeypatch, c
     assert main(["--reference"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: no data directory")
 
-    from clag.running import status
-    from clag.running.reference import GRIDS
-
     walked: list[list[str]] = []
-    monkeypatch.setattr(status, "grid", lambda sweep: walked.append(sweep) or [])
+    monkeypatch.setattr("clag.running.status.grid", lambda sweep: walked.append(sweep) or [])
     assert main(["--reference", "seed=1"]) == 0
     assert walked == [[*sweep, "seed=1"] for sweep in GRIDS]
     assert capsys.readouterr().out.count("## experiment=") == len(GRIDS)
