@@ -22,8 +22,8 @@ CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "
 
 
 def _run(root: Path, name: str, method: str, params: dict, f1: list[float], telemetry: list[dict] | None = None,
-         structure: dict | None = None) -> None:
-    config = {"exp": "reference", "method": {"name": method, "system": params}, "dataset": {"name": "locomo"},
+         structure: dict | None = None, dataset: str = "locomo") -> None:
+    config = {"exp": "reference", "method": {"name": method, "system": params}, "dataset": {"name": dataset},
               "model": {"name": "qwen2.5-0.5b"}}
     rows = [
         {"question_id": f"q{i}", "category": 4 if i < 8 else 5, "f1": value, "bleu1": value / 2,
@@ -34,7 +34,7 @@ def _run(root: Path, name: str, method: str, params: dict, f1: list[float], tele
             {"j_lenient": None, "judge": {"skipped": "category 5 is not judged on locomo"}})}  # as clag.judge does
         for i, value in enumerate(f1)
     ]
-    run = {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": "reference", "engine": "vllm",
+    run = {"method": method, "dataset": dataset, "model": "qwen2.5-0.5b", "exp": "reference", "engine": "vllm",
            "dtype": "bfloat16", "hardware": {"cpu_model": "AMD EPYC", "gpu": []}}
     metrics = {"run": run, "structure": structure or {},
                "usage": {"ingestion": {"route": {"json_calls": 50, "parse_failures": 2}}, "questions": {}}}
@@ -88,6 +88,16 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     assert "| locomo | rag | 6 / 8 | " in text  # six of rag's eight category-4 answers are below F1 0.5 ...
     assert "| 6 (100%) |" in text  # ... and none of them had its evidence in the context (no retrieved ids)
     assert "models: qwen2.5-0.5b; computed with vllm bfloat16 on AMD EPYC" in text
+
+
+def test_every_dataset_with_both_runs_gets_its_claims(tmp_path: Path) -> None:
+    """HotpotQA's CLAG and RAG runs give a claim over all their questions; a baseline that did not run gives none."""
+    f1 = [0.6, 0.7, 0.5, 0.8, 0.6, 0.7, 0.9, 0.6, 0.7, 0.8, 0.6, 0.7]
+    _run(tmp_path, "clag", "clag", CLAG_DEFAULT, f1, dataset="hotpotqa")
+    _run(tmp_path, "rag", "rag", {}, [v - 0.3 for v in f1], dataset="hotpotqa")
+    findings = evaluate(find_runs(tmp_path), default_claims(CLAG_DEFAULT), samples=2000)
+    assert [f.claim.label for f in findings] == ["CLAG vs rag on hotpotqa"]
+    assert findings[0].per_metric["f1"]["n"] == 12 and verdict(findings[0].per_metric["f1"]) == "ahead"
 
 
 def test_history_pairs_each_run_with_its_earlier_counterpart(tmp_path: Path) -> None:
