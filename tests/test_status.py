@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from clag.running.episode import note_progress
 from clag.running.reference import GRIDS
 from clag.running.snapshots import snapshot_key
 from clag.running.spec import RunSpec
-from clag.running.status import grid, main, report, run_status, swept
+from clag.running.status import grid, hours_left, main, report, run_status, seconds_per_item, swept
 
 
 def test_the_grid_is_the_sweepers_params_overridden_by_the_command_line() -> None:
@@ -57,7 +58,9 @@ def test_a_run_counts_only_its_own_rows_and_each_key_once(data_dir: Path, tmp_pa
     note_progress(folder / "ingest_progress.jsonl", "chunk_8", 16, 60, "other")
     status = run_status(overrides)
     assert status.items_ingested == 32
+    assert status.hours_left is None  # chunk_8 has not started under this config: its pace is unknown
     assert "| 1/3 (+32 items of the others) |" in report([status])
+    assert "(+32 items of the others; ~2.5 h to go at their recent pace) |" in report([replace(status, hours_left=2.5)])
 
     # an episode whose memory an earlier run saved (found through the snapshot index) is in memory: the run
     # loads it instead of ingesting, and never writes an episodes.jsonl line for it
@@ -69,6 +72,29 @@ def test_a_run_counts_only_its_own_rows_and_each_key_once(data_dir: Path, tmp_pa
     (tmp_path / "memory_index").mkdir()
     (tmp_path / "memory_index" / key).write_text(str(saved))
     assert run_status(overrides).episodes_done == 2
+
+
+def test_the_pace_is_new_work_in_the_current_stretch() -> None:
+    """A resumed run replays its chunks in seconds and a stop is hours of no work: neither sets the pace; a
+    chunk of a live run that is already overdue raises it."""
+
+    def line(items: int, at: float, of: int = 260) -> dict:
+        return {"episode_id": "chunk_9", "items": items, "of": of, "at": at}
+
+    first_stretch = [line(16, 0), line(32, 600), line(48, 1800)]  # 600 s, then 1200 s per 16 items
+    assert seconds_per_item(first_stretch, now=1800) == 1800 / 32
+    assert seconds_per_item(first_stretch, now=1800 + 3000) == (1800 + 3000) / 48  # the chunk after 48: overdue
+    assert seconds_per_item(first_stretch, now=1800 + 5000) == 1800 / 32  # over RESUME_GAP: stopped, not slow
+    resumed = [*first_stretch, line(16, 90_000), line(32, 90_002), line(48, 90_004), line(64, 90_964)]
+    assert seconds_per_item(resumed, now=90_964) == 960 / 16  # the replayed 16-48 are not steps; 48 -> 64 is
+    assert seconds_per_item(resumed[:6], now=90_004) is None  # resumed, no new work yet
+    untimed = [{"episode_id": "chunk_9", "items": 16, "of": 260}]  # written before lines carried a time
+    assert seconds_per_item(untimed, now=0) is None and seconds_per_item(first_stretch[:1], now=0) is None
+
+    left = hours_left({"chunk_9": resumed, "chunk_8": first_stretch}, pending=2, now=90_964)
+    assert left == (260 - 48) * 1800 / 32 / 3600  # the last done: chunk_8's 212 items at 56.25 s (chunk_9: 196 at 60)
+    assert hours_left({"chunk_9": resumed}, pending=2, now=90_964) is None  # an episode not started: no pace
+    assert hours_left({"chunk_9": untimed}, pending=1, now=0) is None
 
 
 def test_no_data_folder_is_one_line_and_exit_2(monkeypatch, capsys) -> None:

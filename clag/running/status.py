@@ -7,7 +7,8 @@ way, which have not started. This composes each run of the grid exactly as
 experiment's ``hydra.sweeper.params``, expanded by Hydra's own parser), finds
 the folder its config names, and counts the episodes in memory (ingested under
 that config's hash, or with a memory snapshot an earlier run saved that it
-loads instead) and the questions answered against what the slice holds. It never
+loads instead) and the questions answered against what the slice holds; for a run
+still ingesting, the hours its ingestion needs at its episodes' recent pace. It never
 writes: a run may be appending to the same files.
 
     python -m clag.running.status experiment=reference_ablations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from omegaconf import DictConfig
 from clag.config import compose_config
 from clag.data import DatasetError, load_slice
 from clag.records.files import read_jsonl
+from clag.running.episode import INGEST_CHUNK
 from clag.running.folder import RunFolder
 from clag.running.reference import GRIDS
 from clag.running.snapshots import find_snapshot
@@ -49,12 +52,56 @@ class RunStatus:
     answered: int
     questions: int
     items_ingested: int = 0  # items of the episodes still ingesting (their last ingest_progress.jsonl line)
+    hours_left: float | None = None  # the slowest of those episodes' ingestion left, at its recent pace
 
     @property
     def state(self) -> str:
         if self.finished:
             return "finished"
         return "started" if self.claimed else "not started"
+
+
+RESUME_GAP = 3600.0  # seconds: a longer pause since an episode's last progress line means its run is stopped
+RECENT_STEPS = 4  # the steps of new work an episode's pace is taken over
+
+
+def seconds_per_item(rows: Sequence[dict[str, Any]], now: float) -> float | None:
+    """An episode's ingestion pace in its current stretch, in seconds per item, from its progress lines in
+    the order written (``now``: the time the pace is wanted at).
+
+    The stretch starts where its run last (re)started: the items noted fall back, and the resumed run
+    replays the chunks it had from the call cache in seconds, so only steps past the most items noted
+    before count, the last ``RECENT_STEPS`` of them. While the run is live (the last line less than
+    ``RESUME_GAP`` old), a chunk in progress that has already taken longer than that pace raises it.
+    None before the stretch has a step of new work. The pace is the load's at the time: runs that
+    share one server slow each other.
+    """
+    timed = [(int(row["items"]), float(row["at"]), int(row["of"])) for row in rows if row.get("at") is not None]
+    start = max((i for i in range(1, len(timed)) if timed[i][0] < timed[i - 1][0]), default=0)
+    most = max((items for items, _, _ in timed[:start]), default=0)
+    steps = [(t1 - t0, after - before) for (before, t0, _), (after, t1, _) in itertools.pairwise(timed[start:])
+             if after > most][-RECENT_STEPS:]  # fmt: skip
+    if not steps:
+        return None
+    pace = sum(s for s, _ in steps) / sum(n for _, n in steps)
+    items, at, of = timed[-1]
+    in_progress, chunk = now - at, min(INGEST_CHUNK, of - items)
+    if in_progress < RESUME_GAP and chunk and in_progress / chunk > pace:
+        steps.append((in_progress, chunk))
+        pace = sum(s for s, _ in steps) / sum(n for _, n in steps)
+    return pace
+
+
+def hours_left(progress: dict[str, list[dict[str, Any]]], pending: int, now: float) -> float | None:
+    """Hours until the last of the ``pending`` episodes not in memory is ingested, each at its recent pace
+    (``progress``: each ingesting episode's lines); None while one has no pace or has not started."""
+    left = []
+    for rows in progress.values():
+        pace = seconds_per_item(rows, now)
+        if pace is None:
+            return None
+        left.append((int(rows[-1]["of"]) - int(rows[-1]["items"])) * pace / 3600)
+    return max(left) if left and len(progress) == pending else None
 
 
 def grid(overrides: Sequence[str]) -> list[list[str]]:
@@ -105,11 +152,10 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
     in_memory = keys(folder.episodes, "episode_id")  # ingested here
     finished = folder.is_finished(spec.config_hash)  # so every episode was in memory (a fresh clone keeps no snapshot)
     in_memory |= {e.id for e in loaded if finished or e.id in in_memory or find_snapshot(cfg, e, spec.run_dir)}
-    ingesting = {  # the latest progress line of each episode not yet in memory
-        row["episode_id"]: int(row["items"])
-        for row in read_jsonl(folder.progress)
-        if row.get("config_hash") == spec.config_hash and row.get("episode_id") not in in_memory
-    }
+    progress: dict[str, list[dict[str, Any]]] = {}  # the progress lines of each episode not yet in memory
+    for row in read_jsonl(folder.progress):
+        if row.get("config_hash") == spec.config_hash and row.get("episode_id") not in in_memory:
+            progress.setdefault(row["episode_id"], []).append(row)
 
     label = run_label(cfg)
     pairs = (override.partition("=") for override in overrides)
@@ -123,7 +169,8 @@ def run_status(overrides: Sequence[str], shown: Sequence[str] = ()) -> RunStatus
         len(loaded),
         len(keys(folder.predictions, "question_id")),
         sum(len(episode.questions) for episode in loaded),
-        sum(ingesting.values()),
+        sum(int(rows[-1]["items"]) for rows in progress.values()),
+        hours_left(progress, len(loaded) - len(in_memory), time.time()),
     )
 
 
@@ -131,7 +178,10 @@ def report(statuses: Sequence[RunStatus]) -> str:
     """A Markdown table, one row per run, and a total line."""
     lines = ["| run | state | episodes in memory | questions answered | folder |", "|---|---|---|---|---|"]
     for s in statuses:
-        ingesting = f" (+{s.items_ingested} items of the others)" if s.items_ingested and not s.finished else ""
+        ingesting = ""
+        if s.items_ingested and not s.finished:
+            pace = f"; ~{s.hours_left:.1f} h to go at their recent pace" if s.hours_left is not None else ""
+            ingesting = f" (+{s.items_ingested} items of the others{pace})"
         lines.append(
             f"| {s.label} | {s.state} | {s.episodes_done}/{s.episodes}{ingesting} | {s.answered}/{s.questions} "
             f"| {s.folder} |"
