@@ -18,7 +18,7 @@ from clag.tables.findings import (
     verdict,
 )
 
-CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "two_stage"}
+CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "two_stage", "tau": 0.1}
 
 
 def _run(root: Path, name: str, method: str, params: dict, f1: list[float], telemetry: list[dict] | None = None,
@@ -51,6 +51,7 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     _run(tmp_path, "rag", "rag", {}, [v - 0.3 for v in clag_f1])  # CLAG ahead on every question
     _run(tmp_path, "amem", "amem", {}, [v + (0.05 if i % 2 else -0.05) for i, v in enumerate(clag_f1)])
     _run(tmp_path, "gam", "gam", {}, clag_f1[:10])  # two questions short
+    _run(tmp_path, "clag_tau", "clag", {**CLAG_DEFAULT, "tau": 0.15}, clag_f1)  # a sensitivity run: never plain CLAG
     runs = find_runs(tmp_path)
     findings = {f.claim.label: f for f in evaluate(runs, default_claims(CLAG_DEFAULT), samples=2000)}
     pairs = {"CLAG vs rag on locomo", "CLAG vs amem on locomo", "CLAG vs gam on locomo"}
@@ -66,11 +67,12 @@ def test_verdicts_need_an_interval_that_excludes_zero(tmp_path: Path) -> None:
     assert findings["CLAG vs rag on locomo, categories 1-4"].per_metric["j_lenient"]["n"] == 8
     assert findings["CLAG vs rag on locomo" + paper].per_metric["j_lenient"] is None  # 1-5 would repeat 1-4's J
 
-    table = telemetry_table(runs)
+    table = telemetry_table(runs, CLAG_DEFAULT)
     assert "4.0 (4-4)" in table and "50.0 (max 70)" in table
     assert "agentic_pick 48, new_cluster_below_tau 2" in table and "1/50" in table
     assert "12/12" in table and "30 / 150" in table and "route 2/50" in table
     assert "| 8/0/4 of 12 |" in table and "| 100.0/—/0.0 |" in table  # evidence pruned away on 4: R@10 0 there
+    assert "| locomo / agentic, local evolution, two_stage retrieval, tau=0.15 |" in table  # told from plain CLAG
 
     reach = reach_table(runs, CLAG_DEFAULT)  # the baselines over CLAG's groups; gam lacks two of them
     assert "| locomo | questions | 8 | 0 | 4 |" in reach and "| locomo | clag R@10 | 100.0 | — | 0.0 |" in reach
@@ -117,7 +119,7 @@ def test_history_pairs_each_run_with_its_earlier_counterpart(tmp_path: Path) -> 
                   "model": {"name": "qwen2.5-0.5b"}}  # fmt: skip
         run = {"method": "rag", "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": exp}
         write_run(tmp_path / exp / "rag", config, rows(f1, iso), {"run": run, "structure": {}})
-    table = history_table(find_runs(tmp_path / "again"), find_runs(tmp_path / "first"))
+    table = history_table(find_runs(tmp_path / "again"), find_runs(tmp_path / "first"), CLAG_DEFAULT)
     row = next(line for line in table.splitlines() if line.startswith("| locomo | rag |"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[2] == "25.00 → 50.00"  # categories 1-4: half temporal (0 then 0.5), half 0.5
@@ -127,4 +129,4 @@ def test_history_pairs_each_run_with_its_earlier_counterpart(tmp_path: Path) -> 
     assert main([str(tmp_path / "again"), "--previous", str(tmp_path / "first"), "--out", str(out)]) == 0
     assert "## History: against the earlier runs under" in out.read_text() and "3/12 → 0/12" in out.read_text()
     assert "## History" not in render(tmp_path / "again")
-    assert history_table(find_runs(tmp_path / "again"), []) == "(no run has an earlier counterpart)"
+    assert history_table(find_runs(tmp_path / "again"), [], CLAG_DEFAULT) == "(no run has an earlier counterpart)"

@@ -11,17 +11,18 @@ from clag.tables.memory_telemetry import authors_code_table, main, memory_stats,
 
 
 def _run(
-    root: Path, method: str, exp: str, telemetry: list[dict], usage: dict, variant: str | None = None, f1: float = 0.5
+    root: Path, method: str, exp: str, telemetry: list[dict], usage: dict, variant: str | None = None, f1: float = 0.5,
+    system: dict | None = None, model: str = "qwen2.5-0.5b",
 ) -> None:
-    config = {"exp": exp, "method": {"name": method, "system": {}}, "dataset": {"name": "locomo"},
-              "model": {"name": "qwen2.5-0.5b"}, "variant_name": variant}  # fmt: skip
+    config = {"exp": exp, "method": {"name": method, "system": system or {}}, "dataset": {"name": "locomo"},
+              "model": {"name": model}, "variant_name": variant}  # fmt: skip
     rows = [{"question_id": f"q{i}", "category": 4, "f1": f1, "telemetry": t} for i, t in enumerate(telemetry)]
     structure = {"conv-26": {"notes": 100, "evolutions": 90, "links": 200}, "conv-30": {"notes": 50, "evolutions": 0,
                  "links": 10}}  # fmt: skip
-    metrics = {"run": {"method": method, "dataset": "locomo", "model": "qwen2.5-0.5b", "exp": exp},
+    metrics = {"run": {"method": method, "dataset": "locomo", "model": model, "exp": exp},
                "structure": structure, "usage": {"ingestion": usage, "questions": {}},
                "overall_sets": {"1-4": {"f1": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 40}}}}  # fmt: skip
-    write_run(root / exp / method / (variant or "full"), config, rows, metrics)
+    write_run(root / exp / method / (variant or "full") / model / str(system), config, rows, metrics)
 
 
 def test_memory_stats_and_counters_come_from_the_run_folder(tmp_path: Path) -> None:
@@ -47,9 +48,11 @@ def test_the_report_lists_each_agentic_run_and_its_variant(tmp_path: Path, capsy
          variant="routing_cosine")  # fmt: skip
     _run(tmp_path, "amem", "reference_corrected", [{"link_share": 0.1}], {})
     _run(tmp_path, "gam", "reference", [{}], {})
+    _run(tmp_path, "clag", "reference_corrected", [{}], {}, system={"tau": 0.15, "routing": "agentic"})  # Table 10
     assert main([str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "| locomo | clag (routing_cosine) | reference | 50.00 [40.00, 60.00] |" in text
+    assert "| locomo | clag (tau=0.15) | reference_corrected |" in text  # only the setting it departs in
     assert "| locomo | amem | reference_corrected |" in text and "gam" not in text
     assert "| 10% | — | — |" in text  # A-mem: a link share, no pick
 
@@ -59,6 +62,8 @@ def test_the_authors_code_run_is_paired_with_each_base_run_that_answered_its_que
     _run(tmp_path, "clag", "reference_corrected", [{}] * 13, {}, f1=0.5)  # answered all twelve and one more
     _run(tmp_path, "clag", "reference_growth", [{}] * 11, {}, f1=0.5)  # answered eleven of them: not comparable
     _run(tmp_path, "clag", "reference", [{}] * 12, {}, variant="routing_cosine")  # an ablation: never the base
+    _run(tmp_path, "clag", "reference_corrected", [{}] * 12, {}, system={"n_init": 5})  # nor a sensitivity run
+    _run(tmp_path, "clag", "reference_corrected", [{}] * 12, {}, model="qwen2.5-1.5b")  # nor another model's
     [row] = [line for line in authors_code_table(find_runs(tmp_path)).splitlines() if "−" in line]
     assert row.startswith("| locomo | clag_authors_code − clag | reference_corrected | 12 | -25.00 [-25.00, -25.00] |")
     assert row.endswith("| - | - | - |")  # no temporal question, no evidence ids in these rows

@@ -104,6 +104,14 @@ def _same(wanted: Any, actual: Any) -> bool:
         return str(wanted).lower() == str(actual).lower()
 
 
+def departures(run: RunRecord, defaults: dict[str, Any]) -> str:
+    """``key=value`` for each of ``defaults`` that ``run`` sets otherwise (``tau=0.15``), comma-separated: what
+    tells a sensitivity run from the default one in a report's labels. A key the run lacks is not a departure."""
+    params = run.params
+    return ", ".join(f"{key}={params[key]}" for key, value in defaults.items()
+                     if key in params and not _same(value, params[key]))  # fmt: skip
+
+
 def matches(run: RunRecord, method: str, dataset: str, models: list[str], where: dict[str, Any]) -> bool:
     """Whether ``run`` may fill a cell; empty ``dataset`` / ``models`` accept any.
 

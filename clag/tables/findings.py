@@ -56,7 +56,7 @@ from clag.metrics.judge_calibration import allowed_metrics, find_report, judge_n
 from clag.metrics.scoring import category_number
 from clag.records.runs import RunRecord, find_runs
 from clag.tables import plots
-from clag.tables.collect import machines, matches, report_main, select_run
+from clag.tables.collect import departures, machines, matches, report_main, select_run
 from clag.tables.conventions import date_forms
 from clag.tables.specs import load_defaults
 
@@ -366,23 +366,29 @@ def _ratio(telemetry: list[dict[str, Any]]) -> str:
     return f"{np.mean([s for s, _ in spaces]):.0f} / {np.mean([n for _, n in spaces]):.0f}"
 
 
-def telemetry_table(runs: list[RunRecord]) -> str:
-    clag_runs = sorted((r for r in runs if r.method == "clag"), key=lambda r: (r.dataset, _variant(r)))
+def telemetry_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
+    clag_runs = sorted((r for r in runs if r.method == "clag"), key=lambda r: (r.dataset, _variant(r, clag_default)))
     if not clag_runs:
         return "(no CLAG run)"
-    columns = [(f"{r.dataset} / {_variant(r)}", clag_telemetry(r)) for r in clag_runs]
+    columns = [(f"{r.dataset} / {_variant(r, clag_default)}", clag_telemetry(r)) for r in clag_runs]
     keys = list(columns[0][1])
     lines = ["| | " + " | ".join(label for label, _ in columns) + " |", "|---|" + "---|" * len(columns)]
     lines += [f"| {key} | " + " | ".join(str(values[key]) for _, values in columns) + " |" for key in keys]
     return "\n".join(lines)
 
 
-def _variant(run: RunRecord) -> str:
+SWITCHES = ("routing", "evolution_scope", "retrieval")  # the ablations' switches, named in every CLAG label
+
+
+def _variant(run: RunRecord, clag_default: dict[str, Any]) -> str:
+    """The run's switches, then any other setting it departs from plain CLAG in (a sensitivity run's tau)."""
     p = run.params
-    return f"{p.get('routing')}, {p.get('evolution_scope')} evolution, {p.get('retrieval')} retrieval"
+    label = f"{p.get('routing')}, {p.get('evolution_scope')} evolution, {p.get('retrieval')} retrieval"
+    settings = departures(run, {k: v for k, v in clag_default.items() if k not in SWITCHES})
+    return f"{label}, {settings}" if settings else label
 
 
-def _history_row(now: RunRecord, then: RunRecord) -> str:
+def _history_row(now: RunRecord, then: RunRecord, clag_default: dict[str, Any]) -> str:
     """One history row: LoCoMo's categories 1-4 (else every question), its temporal questions, R@10."""
     locomo = now.dataset == "locomo"
     categories = (1, 2, 3, 4) if locomo else None
@@ -408,17 +414,17 @@ def _history_row(now: RunRecord, then: RunRecord) -> str:
     else:
         cells += ["—", "—", "—"]
     cells.append(change("r10", None))
-    variant = f" ({_variant(now)})" if now.method == "clag" else ""
+    variant = f" ({_variant(now, clag_default)})" if now.method == "clag" else ""
     return f"| {now.dataset} | {now.method}{variant} | " + " | ".join(cells) + " |"
 
 
-def history_table(runs: list[RunRecord], previous: list[RunRecord]) -> str:
+def history_table(runs: list[RunRecord], previous: list[RunRecord], clag_default: dict[str, Any]) -> str:
     """Each run against the previous run of the same method, dataset and switches (see the module docstring)."""
     rows = []
-    for now in sorted(runs, key=lambda r: (r.dataset, r.method, _variant(r))):
+    for now in sorted(runs, key=lambda r: (r.dataset, r.method, _variant(r, clag_default))):
         then = _run(previous, now.method, now.dataset, now.params)
         if then is not None:
-            rows.append(_history_row(now, then))
+            rows.append(_history_row(now, then, clag_default))
     if not rows:
         return "(no run has an earlier counterpart)"
     header = (
@@ -458,7 +464,7 @@ def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = Non
             " memory at all. The claims above lead with categories 1-4 and give 1-5 under both scorings.",
             category5_table(runs, clag_default),
             "## CLAG telemetry",
-            telemetry_table(runs),
+            telemetry_table(runs, clag_default),
             "## R@10, F1 and J (%) over the same questions, by how much of their evidence CLAG's picked clusters held",
             reach_table(runs, clag_default, allowed_metrics(JUDGE_KEYS, calibration and calibration[1])),
             "## Where each wrong answer lost its evidence (no LLM: ids only)",
@@ -473,7 +479,7 @@ def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = Non
                     "Each run against the earlier run of the same method, dataset and switches, paired over the same"
                     " questions (percentage points, 95% intervals; LoCoMo's F1 over categories 1-4, temporal ="
                     " category 2; ISO = answers holding `YYYY-MM-DD`). The tables above are this run's alone.",
-                    history_table(runs, find_runs(previous)),
+                    history_table(runs, find_runs(previous), clag_default),
                 ]
                 if previous
                 else []

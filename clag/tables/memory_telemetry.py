@@ -17,7 +17,7 @@ corrected conventions, the authors' code settings):
   failed parses and the fallbacks taken. Runs older than a counter show
   ``—`` for it;
 * each ``*_authors_code`` run against every run of its base method (our
-  settings) on the same dataset that answered all its questions, paired over
+  settings) on the same dataset and model that answered all its questions, paired over
   them (:func:`clag.compare.paired_difference`): F1 over categories 1-4, the
   temporal category's F1 and date match, R@10.
 
@@ -33,7 +33,8 @@ from typing import Any
 from clag.compare import paired_difference
 from clag.metrics.aggregate import format_estimate
 from clag.records.runs import RunRecord, find_runs
-from clag.tables.collect import report_main
+from clag.tables.collect import departures, report_main
+from clag.tables.specs import load_defaults
 
 FAMILY = ("amem", "amem_authors_code", "clag", "clag_authors_code")
 MEMORY_STAGES = ("note", "evolve", "route", "profile", "pick")
@@ -82,9 +83,12 @@ def stage_counters(run: RunRecord, stage: str) -> str:
 
 
 def _name(run: RunRecord) -> str:
-    """``method`` or ``method (variant)`` for CLAG's ablations."""
+    """``method``, ``method (variant)`` for CLAG's ablations, ``method (tau=0.15)`` for its sensitivity runs."""
     variant = run.config.get("variant_name")
-    return f"{run.method} ({variant})" if variant and variant != "full" else run.method
+    if variant and variant != "full":
+        return f"{run.method} ({variant})"
+    settings = departures(run, load_defaults().clag_default)
+    return f"{run.method} ({settings})" if settings else run.method
 
 
 def _score(run: RunRecord) -> str:
@@ -131,16 +135,17 @@ def _answered(run: RunRecord) -> set[str]:
 
 
 def authors_code_table(runs: list[RunRecord]) -> str:
-    """Each authors'-code run minus each run of its base method (default variant, same dataset) that answered
-    every question it did, paired over those questions (see the module docstring)."""
+    """Each authors'-code run minus each run of its base method (default variant and settings, same dataset and
+    model) that answered every question it did, paired over those questions (see the module docstring)."""
     rows = []
     for theirs in sorted((r for r in runs if r.method.endswith(AUTHORS_CODE)), key=lambda r: (r.dataset, r.method)):
         base = theirs.method.removesuffix(AUTHORS_CODE)
         asked = _answered(theirs)
         locomo = theirs.dataset == "locomo"
         for ours in sorted(runs, key=lambda r: r.exp):
-            # _name is the bare method only for the default variant: an ablation is never the base
-            if _name(ours) != base or ours.dataset != theirs.dataset or not asked <= _answered(ours):
+            # _name is the bare method only for plain settings: an ablation or a sensitivity run is never the base
+            same = (ours.dataset, ours.model) == (theirs.dataset, theirs.model)
+            if _name(ours) != base or not same or not asked <= _answered(ours):
                 continue
             cells = [
                 "—" if not locomo and only == (2,)  # BioASQ has no temporal category: F1 and R@10 over all
