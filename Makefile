@@ -135,9 +135,11 @@ REFERENCE_TABLE_JUDGE := --judge qwen2.5-1.5b $(foreach o,$(JUDGE_CLIENT_OVERRID
 REFERENCE_TABLES = $(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables \
 	--only 1 3 4 5 7 12 13 14 15 16 $(REFERENCE_TABLE_JUDGE)
 # The corrected runs finished so far, until they replace the first reference's in $(REFERENCE)/tables: Tables 1
-# and 3, and Tables 13-14 with the failure judge on every one of CLAG's failures, not a sample
+# and 3, Tables 9-10 (sensitivity, on the BioASQ slice: the paper's are LoCoMo's), and Tables 13-14 with the
+# failure judge on every one of CLAG's failures, not a sample
 REFERENCE_CORRECTED_TABLES = $(PY) -m clag.tables --runs $(REFERENCE)/runs/reference_corrected \
-	--out $(REFERENCE)/tables_corrected --only 1 3 13 14 --max-failures 0 $(REFERENCE_TABLE_JUDGE)
+	--out $(REFERENCE)/tables_corrected --only 1 3 9 10 13 14 --run-dataset 9=bioasq --run-dataset 10=bioasq \
+	--max-failures 0 $(REFERENCE_TABLE_JUDGE)
 
 reference-judge: install vllm model-1.5b ## The reference's judge: calibration, J of every corrected reference run, Tables 13-14's failure judge (1.5B, hours on 2 cores)
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
