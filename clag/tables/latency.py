@@ -17,7 +17,10 @@ compares across machines by ratios to RAG, as absolute times do not:
   it so); end to end = every stage; a method whose stage has no real call is
   "not measured" there.
 
-Caption: engine, dtype, hardware and the streams in flight, from the runs.
+One run per method and dataset, chosen as the paper tables choose theirs
+(:func:`clag.tables.collect.select_run`): Qwen3-0.6B's or its stand-in's, and
+for CLAG the plain settings, never an ablation or a sensitivity run. Caption:
+engine, dtype, hardware and the streams in flight, from the runs.
 
     python -m clag.tables.latency results/reference/runs/reference --out results/reference/latency.md
 """
@@ -31,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from clag.records.runs import RunRecord, find_runs
-from clag.tables.collect import report_main
+from clag.tables.collect import report_main, select_run
+from clag.tables.specs import load_defaults
 
 REPLAYED_MS = 50.0
 METHODS = ("rag", "amem", "gam", "memoryos", "clag", "full_context", "no_memory")
+PAPER_MODEL = "qwen3-0.6b"  # Table 2's backbone: its runs, or its stand-in's (configs/tables/defaults.yaml)
 PAPER_MS = {  # Table 2 of the paper (Qwen3-0.6B, one A100): retrieval, end to end
     "rag": (17.80, 289.60),
     "amem": (18.54, 408.68),
@@ -111,8 +116,12 @@ def _caption(runs: list[RunRecord]) -> str:
 
 def latency_table(runs: list[RunRecord], dataset: str) -> str:
     """Markdown: one row per method, its stage times, retrieval and end to end, ratios to RAG and the paper's."""
-    chosen = {run.method: run for run in sorted(runs, key=lambda r: r.mtime) if run.dataset == dataset
-              and run.method in METHODS and not run.config.get("variant_name")}  # fmt: skip
+    defaults = load_defaults()
+    chosen = {}
+    for method in METHODS:  # plain CLAG only (no ablation, no sensitivity run), on Table 2's backbone or its stand-in
+        where = defaults.clag_default if method == "clag" else {}
+        if run := select_run(runs, method, dataset, defaults.models_for(PAPER_MODEL), where, []):
+            chosen[method] = run
     if not chosen:
         return f"(no {dataset} runs)"
     times = {method: real_stage_times(run.predictions) for method, run in chosen.items()}
