@@ -18,13 +18,13 @@ from clag.tables.findings import (
     verdict,
 )
 
-CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "two_stage", "tau": 0.1}
+CLAG_DEFAULT = {"routing": "agentic", "evolution_scope": "local", "retrieval": "two_stage", "n_init": 3, "tau": 0.1}
 
 
 def _run(root: Path, name: str, method: str, params: dict, f1: list[float], telemetry: list[dict] | None = None,
-         structure: dict | None = None, dataset: str = "locomo") -> None:
+         structure: dict | None = None, dataset: str = "locomo", model: str = "qwen2.5-0.5b") -> None:
     config = {"exp": "reference", "method": {"name": method, "system": params}, "dataset": {"name": dataset},
-              "model": {"name": "qwen2.5-0.5b"}}
+              "model": {"name": model}}
     rows = [
         {"question_id": f"q{i}", "category": 4 if i < 8 else 5, "f1": value, "bleu1": value / 2,
          "telemetry": (telemetry or [{}])[0], "evidence_ids": ["D9:9"] if i % 3 == 0 else ["D1:1"],
@@ -34,7 +34,7 @@ def _run(root: Path, name: str, method: str, params: dict, f1: list[float], tele
             {"j_lenient": None, "judge": {"skipped": "category 5 is not judged on locomo"}})}  # as clag.judge does
         for i, value in enumerate(f1)
     ]
-    run = {"method": method, "dataset": dataset, "model": "qwen2.5-0.5b", "exp": "reference", "engine": "vllm",
+    run = {"method": method, "dataset": dataset, "model": model, "exp": "reference", "engine": "vllm",
            "dtype": "bfloat16", "hardware": {"cpu_model": "AMD EPYC", "gpu": []}}
     metrics = {"run": run, "structure": structure or {},
                "usage": {"ingestion": {"route": {"json_calls": 50, "parse_failures": 2}}, "questions": {}}}
@@ -100,6 +100,11 @@ def test_every_dataset_with_both_runs_gets_its_claims(tmp_path: Path) -> None:
     findings = evaluate(find_runs(tmp_path), default_claims(CLAG_DEFAULT), samples=2000)
     assert [f.claim.label for f in findings] == ["CLAG vs rag on hotpotqa"]
     assert findings[0].per_metric["f1"]["n"] == 12 and verdict(findings[0].per_metric["f1"]) == "ahead"
+    # a larger model's run (Table 6's) is left out of the findings: the claims stay the backbone's
+    _run(tmp_path, "clag_large", "clag", CLAG_DEFAULT, [0.0] * 12, dataset="hotpotqa", model="qwen2.5-1.5b")
+    text = render(tmp_path)
+    assert "2 finished runs; models: qwen2.5-0.5b;" in text
+    assert "| CLAG vs rag on hotpotqa | hotpotqa | Tables 1, 15 | 12 | +30.00" in text
 
 
 def test_history_pairs_each_run_with_its_earlier_counterpart(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ from clag.tables.specs import load_defaults
 BASELINES = ("rag", "amem", "gam", "memoryos", "full_context", "no_memory")
 RETRIEVERS = ("rag", "amem", "gam", "memoryos")  # the baselines that rank evidence
 METRICS = ("f1", "bleu1", *JUDGE_KEYS)  # J only where the judge calibration lets it through
+BACKBONE = "qwen3-0.6b"  # the claims' backbone: its runs or its stand-in's (configs/tables/defaults.yaml)
 
 
 @dataclass(frozen=True)
@@ -437,8 +438,13 @@ def history_table(runs: list[RunRecord], previous: list[RunRecord], clag_default
 def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = None) -> str:
     """The findings of the runs under ``runs_dir`` as Markdown; the attribution plot goes to ``plot``; with
     ``previous``, a history section compares each run with its earlier counterpart there."""
-    runs = find_runs(runs_dir)
-    clag_default = load_defaults().clag_default
+    defaults = load_defaults()
+    backbone = defaults.models_for(BACKBONE)  # a larger model's runs are Table 6's, never a claim's or a history's
+
+    def find(folder: Path) -> list[RunRecord]:
+        return [run for run in find_runs(folder) if run.model in backbone]
+
+    runs, clag_default = find(runs_dir), defaults.clag_default
     calibration = find_report(runs_dir)
     claims = [
         replace(claim, metrics=tuple(allowed_metrics(claim.metrics, calibration and calibration[1])))
@@ -479,7 +485,7 @@ def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = Non
                     "Each run against the earlier run of the same method, dataset and switches, paired over the same"
                     " questions (percentage points, 95% intervals; LoCoMo's F1 over categories 1-4, temporal ="
                     " category 2; ISO = answers holding `YYYY-MM-DD`). The tables above are this run's alone.",
-                    history_table(runs, find_runs(previous), clag_default),
+                    history_table(runs, find(previous), clag_default),
                 ]
                 if previous
                 else []
