@@ -51,9 +51,9 @@ def test_the_report_lists_each_agentic_run_and_its_variant(tmp_path: Path, capsy
     _run(tmp_path, "clag", "reference_corrected", [{}], {}, system={"tau": 0.15, "routing": "agentic"})  # Table 10
     assert main([str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "| locomo | clag (routing_cosine) | reference | 50.00 [40.00, 60.00] |" in text
-    assert "| locomo | clag (tau=0.15) | reference_corrected |" in text  # only the setting it departs in
-    assert "| locomo | amem | reference_corrected |" in text and "gam" not in text
+    assert "| locomo | clag (routing_cosine) | qwen2.5-0.5b | reference | 50.00 [40.00, 60.00] |" in text
+    assert "| locomo | clag (tau=0.15) | qwen2.5-0.5b | reference_corrected |" in text  # only the setting it departs in
+    assert "| locomo | amem | qwen2.5-0.5b | reference_corrected |" in text and "gam" not in text
     assert "| 10% | — | — |" in text  # A-mem: a link share, no pick
 
 

@@ -102,28 +102,28 @@ def _r10(run: RunRecord) -> str:
 
 def telemetry_tables(runs: list[RunRecord]) -> tuple[str, str]:
     """The behaviour table and the per-stage counter table (see the module docstring)."""
-    chosen = sorted((r for r in runs if r.method in FAMILY), key=lambda r: (r.dataset, _name(r), r.exp))
+    chosen = sorted((r for r in runs if r.method in FAMILY), key=lambda r: (r.dataset, _name(r), r.model, r.exp))
     if not chosen:
         return "(no A-mem or CLAG runs)", ""
     behaviour = [
-        "| dataset | method | experiment | F1 (1-4) | R@10 | notes | evolved | links / note | link share of context "
-        "| picked | search space |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| dataset | method | model | experiment | F1 (1-4) | R@10 | notes | evolved | links / note "
+        "| link share of context | picked | search space |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     counters = [
-        f"| dataset | method | experiment | {' | '.join(MEMORY_STAGES)} |",
-        "|---|---|---|" + "---|" * len(MEMORY_STAGES),
+        f"| dataset | method | model | experiment | {' | '.join(MEMORY_STAGES)} |",
+        "|---|---|---|---|" + "---|" * len(MEMORY_STAGES),
     ]
     for run in chosen:
         stats = memory_stats(run)
         behaviour.append(
-            f"| {run.dataset} | {_name(run)} | {run.exp} | {_score(run)} | {_r10(run)} | "
+            f"| {run.dataset} | {_name(run)} | {run.model} | {run.exp} | {_score(run)} | {_r10(run)} | "
             f"{_shown(stats['notes'], '{:.0f}')} | {_shown(stats['evolution_rate'], '{:.0%}')} | "
             f"{_shown(stats['links_per_note'])} | {_shown(stats['link_share'], '{:.0%}')} | "
             f"{_shown(stats['pick_rate'], '{:.0%}')} | {_shown(stats['search_space'], '{:.0f}')} |"
         )
         counters.append(
-            f"| {run.dataset} | {_name(run)} | {run.exp} | "
+            f"| {run.dataset} | {_name(run)} | {run.model} | {run.exp} | "
             + " | ".join(stage_counters(run, stage) for stage in MEMORY_STAGES)
             + " |"
         )
