@@ -8,6 +8,7 @@ from run_folders import write_run
 
 from clag.records.runs import find_runs
 from clag.tables.memory_telemetry import authors_code_table, main, memory_stats, stage_counters
+from clag.tables.specs import load_defaults
 
 
 def _run(
@@ -64,6 +65,7 @@ def test_the_authors_code_run_is_paired_with_each_base_run_that_answered_its_que
     _run(tmp_path, "clag", "reference", [{}] * 12, {}, variant="routing_cosine")  # an ablation: never the base
     _run(tmp_path, "clag", "reference_corrected", [{}] * 12, {}, system={"n_init": 5})  # nor a sensitivity run
     _run(tmp_path, "clag", "reference_corrected", [{}] * 12, {}, model="qwen2.5-1.5b")  # nor another model's
-    [row] = [line for line in authors_code_table(find_runs(tmp_path)).splitlines() if "−" in line]
+    table = authors_code_table(find_runs(tmp_path), load_defaults().clag_default)
+    [row] = [line for line in table.splitlines() if "−" in line]
     assert row.startswith("| locomo | clag_authors_code − clag | reference_corrected | 12 | -25.00 [-25.00, -25.00] |")
     assert row.endswith("| - | - | - |")  # no temporal question, no evidence ids in these rows

@@ -83,13 +83,12 @@ def seconds_per_item(rows: Sequence[dict[str, Any]], now: float) -> float | None
              if after > most][-RECENT_STEPS:]  # fmt: skip
     if not steps:
         return None
-    pace = sum(s for s, _ in steps) / sum(n for _, n in steps)
+    seconds, done = sum(s for s, _ in steps), sum(n for _, n in steps)
     items, at, of = timed[-1]
     in_progress, chunk = now - at, min(INGEST_CHUNK, of - items)
-    if in_progress < RESUME_GAP and chunk and in_progress / chunk > pace:
-        steps.append((in_progress, chunk))
-        pace = sum(s for s, _ in steps) / sum(n for _, n in steps)
-    return pace
+    if in_progress < RESUME_GAP and chunk and in_progress / chunk > seconds / done:
+        seconds, done = seconds + in_progress, done + chunk
+    return seconds / done
 
 
 def hours_left(progress: dict[str, list[dict[str, Any]]], pending: int, now: float) -> float | None:

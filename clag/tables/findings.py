@@ -58,12 +58,11 @@ from clag.records.runs import RunRecord, find_runs
 from clag.tables import plots
 from clag.tables.collect import departures, machines, matches, report_main, select_run
 from clag.tables.conventions import date_forms
-from clag.tables.specs import load_defaults
+from clag.tables.specs import load_defaults, load_spec
 
 BASELINES = ("rag", "amem", "gam", "memoryos", "full_context", "no_memory")
 RETRIEVERS = ("rag", "amem", "gam", "memoryos")  # the baselines that rank evidence
 METRICS = ("f1", "bleu1", *JUDGE_KEYS)  # J only where the judge calibration lets it through
-BACKBONE = "qwen3-0.6b"  # the claims' backbone: its runs or its stand-in's (configs/tables/defaults.yaml)
 
 
 @dataclass(frozen=True)
@@ -439,7 +438,8 @@ def render(runs_dir: Path, plot: Path | None = None, previous: Path | None = Non
     """The findings of the runs under ``runs_dir`` as Markdown; the attribution plot goes to ``plot``; with
     ``previous``, a history section compares each run with its earlier counterpart there."""
     defaults = load_defaults()
-    backbone = defaults.models_for(BACKBONE)  # a larger model's runs are Table 6's, never a claim's or a history's
+    # the claims' backbone is Table 1's (or its stand-ins); a larger model's runs are Table 6's, never a claim's
+    backbone = defaults.models_for(load_spec(1).model)
 
     def find(folder: Path) -> list[RunRecord]:
         return [run for run in find_runs(folder) if run.model in backbone]

@@ -35,11 +35,10 @@ from typing import Any
 
 from clag.records.runs import RunRecord, find_runs
 from clag.tables.collect import report_main, select_run
-from clag.tables.specs import load_defaults
+from clag.tables.specs import load_defaults, load_spec
 
 REPLAYED_MS = 50.0
 METHODS = ("rag", "amem", "gam", "memoryos", "clag", "full_context", "no_memory")
-PAPER_MODEL = "qwen3-0.6b"  # Table 2's backbone: its runs, or its stand-in's (configs/tables/defaults.yaml)
 PAPER_MS = {  # Table 2 of the paper (Qwen3-0.6B, one A100): retrieval, end to end
     "rag": (17.80, 289.60),
     "amem": (18.54, 408.68),
@@ -117,10 +116,11 @@ def _caption(runs: list[RunRecord]) -> str:
 def latency_table(runs: list[RunRecord], dataset: str) -> str:
     """Markdown: one row per method, its stage times, retrieval and end to end, ratios to RAG and the paper's."""
     defaults = load_defaults()
+    models = defaults.models_for(load_spec(2).model)  # Table 2's backbone, or its stand-ins
     chosen = {}
-    for method in METHODS:  # plain CLAG only (no ablation, no sensitivity run), on Table 2's backbone or its stand-in
+    for method in METHODS:  # plain CLAG only: no ablation, no sensitivity run
         where = defaults.clag_default if method == "clag" else {}
-        if run := select_run(runs, method, dataset, defaults.models_for(PAPER_MODEL), where, []):
+        if run := select_run(runs, method, dataset, models, where, []):
             chosen[method] = run
     if not chosen:
         return f"(no {dataset} runs)"

@@ -82,12 +82,12 @@ def stage_counters(run: RunRecord, stage: str) -> str:
     return f"{row['calls']}: " + " / ".join(str(row[name]) if name in row else "—" for name in COUNTERS)
 
 
-def _name(run: RunRecord) -> str:
+def _name(run: RunRecord, clag_default: dict[str, Any]) -> str:
     """``method``, ``method (variant)`` for CLAG's ablations, ``method (tau=0.15)`` for its sensitivity runs."""
     variant = run.config.get("variant_name")
     if variant and variant != "full":
         return f"{run.method} ({variant})"
-    settings = departures(run, load_defaults().clag_default)
+    settings = departures(run, clag_default)
     return f"{run.method} ({settings})" if settings else run.method
 
 
@@ -100,9 +100,10 @@ def _r10(run: RunRecord) -> str:
     return format_estimate(((run.metrics.get("evidence") or {}).get("overall") or {}).get("r10"))
 
 
-def telemetry_tables(runs: list[RunRecord]) -> tuple[str, str]:
+def telemetry_tables(runs: list[RunRecord], clag_default: dict[str, Any]) -> tuple[str, str]:
     """The behaviour table and the per-stage counter table (see the module docstring)."""
-    chosen = sorted((r for r in runs if r.method in FAMILY), key=lambda r: (r.dataset, _name(r), r.model, r.exp))
+    chosen = sorted((r for r in runs if r.method in FAMILY),
+                    key=lambda r: (r.dataset, _name(r, clag_default), r.model, r.exp))  # fmt: skip
     if not chosen:
         return "(no A-mem or CLAG runs)", ""
     behaviour = [
@@ -115,15 +116,15 @@ def telemetry_tables(runs: list[RunRecord]) -> tuple[str, str]:
         "|---|---|---|---|" + "---|" * len(MEMORY_STAGES),
     ]
     for run in chosen:
-        stats = memory_stats(run)
+        stats, name = memory_stats(run), _name(run, clag_default)
         behaviour.append(
-            f"| {run.dataset} | {_name(run)} | {run.model} | {run.exp} | {_score(run)} | {_r10(run)} | "
+            f"| {run.dataset} | {name} | {run.model} | {run.exp} | {_score(run)} | {_r10(run)} | "
             f"{_shown(stats['notes'], '{:.0f}')} | {_shown(stats['evolution_rate'], '{:.0%}')} | "
             f"{_shown(stats['links_per_note'])} | {_shown(stats['link_share'], '{:.0%}')} | "
             f"{_shown(stats['pick_rate'], '{:.0%}')} | {_shown(stats['search_space'], '{:.0f}')} |"
         )
         counters.append(
-            f"| {run.dataset} | {_name(run)} | {run.model} | {run.exp} | "
+            f"| {run.dataset} | {name} | {run.model} | {run.exp} | "
             + " | ".join(stage_counters(run, stage) for stage in MEMORY_STAGES)
             + " |"
         )
@@ -134,7 +135,7 @@ def _answered(run: RunRecord) -> set[str]:
     return {str(row.get("question_id")) for row in run.predictions}
 
 
-def authors_code_table(runs: list[RunRecord]) -> str:
+def authors_code_table(runs: list[RunRecord], clag_default: dict[str, Any]) -> str:
     """Each authors'-code run minus each run of its base method (default variant and settings, same dataset and
     model) that answered every question it did, paired over those questions (see the module docstring)."""
     rows = []
@@ -145,7 +146,7 @@ def authors_code_table(runs: list[RunRecord]) -> str:
         for ours in sorted(runs, key=lambda r: r.exp):
             # _name is the bare method only for plain settings: an ablation or a sensitivity run is never the base
             same = (ours.dataset, ours.model) == (theirs.dataset, theirs.model)
-            if _name(ours) != base or not same or not asked <= _answered(ours):
+            if _name(ours, clag_default) != base or not same or not asked <= _answered(ours):
                 continue
             cells = [
                 "—" if not locomo and only == (2,)  # BioASQ has no temporal category: F1 and R@10 over all
@@ -164,8 +165,8 @@ def authors_code_table(runs: list[RunRecord]) -> str:
 
 
 def render(runs_dir: Path) -> str:
-    runs = find_runs(runs_dir)
-    behaviour, counters = telemetry_tables(runs)
+    runs, clag_default = find_runs(runs_dir), load_defaults().clag_default
+    behaviour, counters = telemetry_tables(runs, clag_default)
     return "\n\n".join(
         [
             f"# How the agentic memories behaved ({runs_dir})",
@@ -182,7 +183,7 @@ def render(runs_dir: Path) -> str:
             "Each authors'-code run (their sampling, budgets, cluster merge and acceptance of what the model "
             "returns) minus our run of the same method, paired over the questions both answered (percentage "
             "points, 95% bootstrap intervals; temporal = LoCoMo's category 2).",
-            authors_code_table(runs),
+            authors_code_table(runs, clag_default),
         ]
     ) + "\n"
 
