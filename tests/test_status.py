@@ -85,15 +85,16 @@ def test_the_pace_is_new_work_in_the_current_stretch() -> None:
     assert seconds_per_item(first_stretch, now=1800) == 1800 / 32
     assert seconds_per_item(first_stretch, now=1800 + 3000) == (1800 + 3000) / 48  # the chunk after 48: overdue
     assert seconds_per_item(first_stretch, now=1800 + 5000) == 1800 / 32  # over RESUME_GAP: stopped, not slow
-    resumed = [*first_stretch, line(16, 90_000), line(32, 90_002), line(48, 90_004), line(64, 90_964)]
-    assert seconds_per_item(resumed, now=90_964) == 960 / 16  # the replayed 16-48 are not steps; 48 -> 64 is
-    assert seconds_per_item(resumed[:6], now=90_004) is None  # resumed, no new work yet
+    resumed = [*first_stretch, line(16, 90_000), line(32, 90_002), line(48, 90_004), line(64, 90_100),
+               line(80, 91_060)]  # fmt: skip
+    assert seconds_per_item(resumed, now=91_060) == 960 / 16  # the replayed 16-48 are not steps; 64 -> 80 is
+    assert seconds_per_item(resumed[:7], now=90_100) is None  # 48 -> 64 finishes the chunk the stop cut short
     untimed = [{"episode_id": "chunk_9", "items": 16, "of": 260}]  # written before lines carried a time
     assert seconds_per_item(untimed, now=0) is None and seconds_per_item(first_stretch[:1], now=0) is None
 
-    left = hours_left({"chunk_9": resumed, "chunk_8": first_stretch}, pending=2, now=90_964)
-    assert left == (260 - 48) * 1800 / 32 / 3600  # the last done: chunk_8's 212 items at 56.25 s (chunk_9: 196 at 60)
-    assert hours_left({"chunk_9": resumed}, pending=2, now=90_964) is None  # an episode not started: no pace
+    left = hours_left({"chunk_9": resumed, "chunk_8": first_stretch}, pending=2, now=91_060)
+    assert left == (260 - 48) * 1800 / 32 / 3600  # the last done: chunk_8's 212 items at 56.25 s (chunk_9: 180 at 60)
+    assert hours_left({"chunk_9": resumed}, pending=2, now=91_060) is None  # an episode not started: no pace
     assert hours_left({"chunk_9": untimed}, pending=1, now=0) is None
 
 

@@ -71,7 +71,8 @@ def seconds_per_item(rows: Sequence[dict[str, Any]], now: float) -> float | None
 
     The stretch starts where its run last (re)started: the items noted fall back, and the resumed run
     replays the chunks it had from the call cache in seconds, so only steps past the most items noted
-    before count, the last ``RECENT_STEPS`` of them. While the run is live (the last line less than
+    before count, the last ``RECENT_STEPS`` of them; the first such step neither, as the chunk the stop
+    cut short replays the calls it had made. While the run is live (the last line less than
     ``RESUME_GAP`` old), a chunk in progress that has already taken longer than that pace raises it.
     None before the stretch has a step of new work. The pace is the load's at the time: runs that
     share one server slow each other.
@@ -80,7 +81,7 @@ def seconds_per_item(rows: Sequence[dict[str, Any]], now: float) -> float | None
     start = max((i for i in range(1, len(timed)) if timed[i][0] < timed[i - 1][0]), default=0)
     most = max((items for items, _, _ in timed[:start]), default=0)
     steps = [(t1 - t0, after - before) for (before, t0, _), (after, t1, _) in itertools.pairwise(timed[start:])
-             if after > most][-RECENT_STEPS:]  # fmt: skip
+             if before > most][-RECENT_STEPS:]  # fmt: skip
     if not steps:
         return None
     seconds, done = sum(s for s, _ in steps), sum(n for _, n in steps)
