@@ -16,17 +16,16 @@ REFERENCE := results/reference
 REFERENCE_ARGS ?=
 # Where `make reference-replay` replays the reference runs (scratch: run folders and a cache from the shards)
 REFERENCE_REPLAY ?= /tmp/clag-reference-replay
-# The runs the committed tables and findings are rendered from: the first reference's, until the corrected
-# re-run has finished (meanwhile findings_corrected.md and tables_corrected/ (Tables 1, 3, 13, 14) hold the corrected runs
-# finished so far)
-REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference
+# The runs the committed tables and findings are rendered from: the corrected reference's (the authors' calling
+# conventions); the first reference's, made under ours, are rendered beside them as *_first
+REFERENCE_TABLE_RUNS ?= $(REFERENCE)/runs/reference_corrected
+REFERENCE_FIRST_RUNS := $(REFERENCE)/runs/reference
 # Runs a newer setting superseded, kept for what their re-runs from the cache cannot measure: the first corrected
-# core made its calls (latency_corrected.md, Table 2, times them)
+# core made its calls (latency.md, Table 2, times them; the corrected core's re-run replayed most of them)
 REFERENCE_SUPERSEDED := $(REFERENCE)/runs_superseded
 REFERENCE_GROWTH_RUNS ?= $(REFERENCE)/runs/reference_growth
-# The earlier runs the findings keep as their history (each run paired with its earlier counterpart): set to
-# $(REFERENCE)/runs/reference when the tables move to the corrected runs
-REFERENCE_PREVIOUS_RUNS ?=
+# The earlier runs the findings keep as their history (each run paired with its earlier counterpart)
+REFERENCE_PREVIOUS_RUNS ?= $(REFERENCE_FIRST_RUNS)
 # Extra pip flags for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" on a CPU box
 TORCH_PIP_ARGS ?=
 # The tested package set, as pip constraints; LOCK= installs from pyproject's ranges alone (e.g. beside a
@@ -106,17 +105,20 @@ reference: install vllm model-1.5b ## Reference-scale run through vLLM (hours on
 	fi; \
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
 	exit $$status
+	$(MAKE) reference-tables
+
+reference-tables: install ## Render the reference's tables, findings and reports from its committed runs and calls (minutes, no model)
+	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
 	$(REFERENCE_TABLES)
 	$(PY) -m clag.tables.findings $(REFERENCE_TABLE_RUNS) $(if $(REFERENCE_PREVIOUS_RUNS),--previous $(REFERENCE_PREVIOUS_RUNS)) \
 		--out $(REFERENCE)/findings.md
-	$(PY) -m clag.tables.findings $(REFERENCE)/runs/reference_corrected --previous $(REFERENCE)/runs/reference \
-		--out $(REFERENCE)/findings_corrected.md
-	$(REFERENCE_CORRECTED_TABLES)
+	$(REFERENCE_FIRST_TABLES)
+	$(PY) -m clag.tables.findings $(REFERENCE_FIRST_RUNS) --out $(REFERENCE)/findings_first.md
 	$(PY) -m clag.tables.conventions $(REFERENCE)/conventions --out $(REFERENCE)/conventions.md
 	$(PY) -m clag.tables.memory_telemetry $(REFERENCE)/runs --out $(REFERENCE)/memory_telemetry.md
 	$(PY) -m clag.tables.growth $(REFERENCE_GROWTH_RUNS) --out $(REFERENCE)/growth.md
-	$(PY) -m clag.tables.latency $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/latency.md
-	$(PY) -m clag.tables.latency $(REFERENCE_SUPERSEDED)/reference_corrected --out $(REFERENCE)/latency_corrected.md
+	$(PY) -m clag.tables.latency $(REFERENCE_SUPERSEDED)/reference_corrected --out $(REFERENCE)/latency.md
+	$(PY) -m clag.tables.latency $(REFERENCE_FIRST_RUNS) --out $(REFERENCE)/latency_first.md
 
 # The reference's LLM judge (issue 29): the 1.5B stand-in on its own server, float32 pinned (its calls are cached
 # in the reference's cache under that identity) and one seed on every request, as its committed calls were made,
@@ -129,17 +131,16 @@ JUDGE_CALIBRATION_RUN ?= $(REFERENCE)/runs/reference/locomo/rag/qwen2.5-0.5b/see
 # The runs J is asked for: the corrected reference's (the first reference is history, and its answers carry the
 # artefacts the corrected one removed), each finished run judged from the cache where it was judged before
 REFERENCE_JUDGED_RUNS ?= $(REFERENCE)/runs/reference_corrected
-# The reference's tables in one rendering (one index); Tables 13-14's failure judge answers from the cache where
-# `make reference-judge` has run it (a failure it has not seen needs its server: else that table stays unclassified)
+# The reference's tables in one rendering (one index): Tables 9-10 (sensitivity) on the BioASQ slice (the paper's
+# are LoCoMo's), Tables 13-14 with the failure judge on every one of CLAG's failures; the judge answers from the
+# cache where `make reference-judge` has run it (a failure it has not seen needs its server: else that table stays
+# unclassified). The first reference's tables as they were committed: no sensitivity runs, 24 failures judged
 REFERENCE_TABLE_JUDGE := --judge qwen2.5-1.5b $(foreach o,$(JUDGE_CLIENT_OVERRIDES),--judge-override $(o))
 REFERENCE_TABLES = $(PY) -m clag.tables --runs $(REFERENCE_TABLE_RUNS) --out $(REFERENCE)/tables \
+	--only 1 3 4 5 7 9 10 12 13 14 15 16 --run-dataset 9=bioasq --run-dataset 10=bioasq --max-failures 0 \
+	$(REFERENCE_TABLE_JUDGE)
+REFERENCE_FIRST_TABLES = $(PY) -m clag.tables --runs $(REFERENCE_FIRST_RUNS) --out $(REFERENCE)/tables_first \
 	--only 1 3 4 5 7 12 13 14 15 16 $(REFERENCE_TABLE_JUDGE)
-# The corrected runs finished so far, until they replace the first reference's in $(REFERENCE)/tables: Tables 1
-# and 3, Tables 9-10 (sensitivity, on the BioASQ slice: the paper's are LoCoMo's), and Tables 13-14 with the
-# failure judge on every one of CLAG's failures, not a sample
-REFERENCE_CORRECTED_TABLES = $(PY) -m clag.tables --runs $(REFERENCE)/runs/reference_corrected \
-	--out $(REFERENCE)/tables_corrected --only 1 3 9 10 13 14 --run-dataset 9=bioasq --run-dataset 10=bioasq \
-	--max-failures 0 $(REFERENCE_TABLE_JUDGE)
 
 reference-judge: install vllm model-1.5b ## The reference's judge: calibration, J of every corrected reference run, Tables 13-14's failure judge (1.5B, hours on 2 cores)
 	$(PY) -m clag.llm.cache_shards import $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache
@@ -149,7 +150,6 @@ reference-judge: install vllm model-1.5b ## The reference's judge: calibration, 
 		--sampled-override model.backend.seed_per_prompt=true || status=$$?; \
 	$(PY) -m clag.judge $$(dirname $$(find $(REFERENCE_JUDGED_RUNS) -name metrics.json | sort)) $(JUDGE_ARGS) || status=$$?; \
 	$(REFERENCE_TABLES) || status=$$?; \
-	$(REFERENCE_CORRECTED_TABLES) || status=$$?; \
 	$(PY) -m clag.llm.serve stop model=qwen2.5-1.5b $(JUDGE_OVERRIDES); \
 	$(PY) -m clag.llm.cache_shards export $(REFERENCE)/llm_cache.sqlite $(REFERENCE)/llm_cache; \
 	exit $$status
