@@ -22,7 +22,7 @@ One run per method and dataset, chosen as the paper tables choose theirs
 for CLAG the plain settings, never an ablation or a sensitivity run. Caption:
 engine, dtype, hardware and the streams in flight, from the runs.
 
-    python -m clag.tables.latency results/reference/runs/reference --out results/reference/latency.md
+    python -m clag.tables.latency results/reference/runs/reference --out results/reference/latency_first.md
 """
 
 from __future__ import annotations
