@@ -71,8 +71,8 @@ def seconds_per_item(rows: Sequence[dict[str, Any]], now: float) -> float | None
 
     The stretch starts where its run last (re)started: the items noted fall back, and the resumed run
     replays the chunks it had from the call cache in seconds, so only steps past the most items noted
-    before count, the last ``RECENT_STEPS`` of them; the first such step neither, as the chunk the stop
-    cut short replays the calls it had made. While the run is live (the last line less than
+    before count, the last ``RECENT_STEPS`` of them, and not the first of those: it finishes the chunk the
+    stop cut short, whose calls made before the stop replay. While the run is live (the last line less than
     ``RESUME_GAP`` old), a chunk in progress that has already taken longer than that pace raises it.
     None before the stretch has a step of new work. The pace is the load's at the time: runs that
     share one server slow each other.
