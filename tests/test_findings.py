@@ -12,6 +12,7 @@ from clag.tables.findings import (
     evaluate,
     history_table,
     main,
+    question_counts,
     reach_table,
     render,
     telemetry_table,
@@ -135,3 +136,11 @@ def test_history_pairs_each_run_with_its_earlier_counterpart(tmp_path: Path) -> 
     assert "## History: against the earlier runs under" in out.read_text() and "3/12 → 0/12" in out.read_text()
     assert "## History" not in render(tmp_path / "again")
     assert history_table(find_runs(tmp_path / "again"), [], CLAG_DEFAULT) == "(no run has an earlier counterpart)"
+
+
+def test_the_n_column_names_every_question_count_the_metrics_were_paired_over() -> None:
+    assert question_counts({"f1": 60, "bleu1": 60}) == "60"
+    assert question_counts({"f1": 60, "bleu1": 60, "j_lenient_dated": 59, "j_strict_dated": 59}) == (
+        "60 (59 for j_lenient_dated, j_strict_dated)"
+    )
+    assert question_counts({}) == "—"

@@ -154,18 +154,32 @@ def claims_table(findings: Sequence[Finding]) -> str:
     header = "| claim (A vs B) | dataset | paper | n | " + " | ".join(f"{m}: A - B [95% CI], verdict" for m in metrics)
     lines = [header + " |", "|" + "---|" * (4 + len(metrics))]
     for finding in findings:
-        cells = []
-        n = "—"
+        cells, counts = [], {}
         for metric in metrics:
             result = finding.per_metric.get(metric)
             if result is None:
                 cells.append("—")
                 continue
-            n = str(result["n"])
+            counts[metric] = result["n"]
             cells.append(f"{format_estimate(result, signed=True)}, {verdict(result)}")
         claim = finding.claim
+        n = question_counts(counts)
         lines.append(f"| {claim.label} | {claim.dataset} | {claim.source} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def question_counts(counts: dict[str, int]) -> str:
+    """The n column: the first metric's question count, and the metrics paired over another count named
+    beside it (the judge leaves out a question it could not score: F1 60, J 59)."""
+    if not counts:
+        return "—"
+    first = next(iter(counts.values()))
+    others: dict[int, list[str]] = {}
+    for metric, n in counts.items():
+        if n != first:
+            others.setdefault(n, []).append(metric)
+    beside = "; ".join(f"{n} for {', '.join(names)}" for n, names in others.items())
+    return f"{first} ({beside})" if beside else str(first)
 
 
 def clag_telemetry(run: RunRecord) -> dict[str, Any]:
