@@ -95,10 +95,9 @@ def test_the_whitespace_setting_joins_the_identity_only_when_set() -> None:
     assert "disable_any_whitespace" not in plain and strict == {**plain, "disable_any_whitespace": True}
 
 
-def test_a_restart_appends_to_the_log_and_keeps_the_last_servers(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """Two servers of one name in turn (the reference's, then the test suite's) share one log file."""
+@pytest.fixture
+def dying_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """``serve.start`` with an engine that prints its arguments and exits 3; returns the state folder."""
     fake_python = tmp_path / "venv" / "bin" / "python"
     fake_python.parent.mkdir(parents=True)
     fake_python.write_text('#!/bin/sh\necho "engine died: $*"\nexit 3\n')
@@ -106,10 +105,29 @@ def test_a_restart_appends_to_the_log_and_keeps_the_last_servers(
     monkeypatch.setattr(serve, "state_dir", lambda: tmp_path)
     monkeypatch.setattr(serve, "install", lambda: fake_python)
     monkeypatch.setattr(serve, "model_location", lambda weights: weights)
+    return tmp_path
+
+
+def test_a_restart_appends_to_the_log_and_keeps_the_last_servers(dying_engine: Path) -> None:
+    """Two servers of one name in turn (the reference's, then the test suite's) share one log file."""
     spec = ServerSpec.from_model_config(compose_config(["engine=vllm"]).model)
     for port in (5001, 5002):
         with pytest.raises(serve.ServeError, match=f"engine died: .*--port {port}"):
             serve.start(spec, port=port)
-    log = (tmp_path / f"{spec.name}.log").read_text()
+    log = (dying_engine / f"{spec.name}.log").read_text()
     assert log.count("starting vLLM") == 2
     assert log.index("--port 5001") < log.index("on port 5002") < log.index("--port 5002")
+
+
+def test_bf16_pinned_on_a_cpu_without_it_is_warned_about(
+    dying_engine: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Table 6 pins bfloat16; on an AVX2-only CPU that is emulated, and the session should know."""
+    monkeypatch.setattr(serve, "has_gpu", lambda: False)
+    spec = ServerSpec.from_model_config(compose_config(["engine=vllm", "model.backend.dtype=bfloat16"]).model)
+    for native, warned in ((True, False), (False, True)):
+        monkeypatch.setattr(serve, "cpu_has_native_bf16", lambda native=native: native)
+        caplog.clear()
+        with pytest.raises(serve.ServeError, match="--dtype bfloat16"):
+            serve.start(spec, port=5003)
+        assert ("emulated" in caplog.text) is warned
